@@ -1,0 +1,131 @@
+"""PlatformConfig: what belongs to the platform rather than to a policy.
+
+Queues per namespace, tier <-> priority classes, pool keys, topology keys, checkpoint bounds and
+restart limits. Policies read it as the CEL variable `params`; adapters read the typed fields.
+Embedded defaults make everything work with no file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.errors import ConfigError
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> int | None:
+    """Seconds in a Go-style duration such as "30m", "1h30m", "90s"; None if it is not one."""
+    text = text.strip()
+    m = _DURATION.match(text)
+    if not text or not m or not any(m.groups()):
+        return None
+    h, mi, s = (int(g) if g else 0 for g in m.groups())
+    return h * 3600 + mi * 60 + s
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformConfig:
+    raw: dict[str, Any]  # the merged document; policies see it as `params`
+    source: str
+
+    # Typed accessors for the fields adapters and mutations use in Python.
+    @property
+    def pool_label_key(self) -> str:
+        return str(self.raw["pools"]["labelKey"])
+
+    @property
+    def pool_taint_key(self) -> str:
+        return str(self.raw["pools"]["taintKey"])
+
+    @property
+    def training_pool(self) -> str:
+        return str(self.raw["pools"]["training"])
+
+    @property
+    def inference_pool(self) -> str:
+        return str(self.raw["pools"]["inference"])
+
+    @property
+    def excluded_namespaces(self) -> tuple[str, ...]:
+        return tuple(self.raw.get("excludedNamespaces") or ())
+
+    def tier_for_priority_class(self, name: str | None) -> str | None:
+        if not name:
+            return None
+        for tier, names in (self.raw["tiers"]["priorityClasses"] or {}).items():
+            if name in (names or ()):
+                return str(tier)
+        return None
+
+    def params(self) -> dict[str, Any]:
+        return self.raw
+
+
+def _defaults_text() -> str:
+    return (resources.files("webhook") / "_data" / "platform-defaults.yaml").read_text("utf-8")
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any], path: str, source: str) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if key in ("apiVersion", "kind"):
+            continue
+        if key not in base:
+            raise ConfigError(f"{source}: unknown field {path}{key} (known: {', '.join(sorted(base))})")
+        if isinstance(base[key], dict) and base[key] and key not in ("namespaces",):
+            if not isinstance(value, dict):
+                raise ConfigError(f"{source}: field {path}{key} must be a mapping")
+            out[key] = _merge(base[key], value, f"{path}{key}.", source)
+        else:
+            out[key] = value
+    return out
+
+
+def _validate(raw: dict[str, Any], source: str) -> None:
+    cp = raw["checkpoint"]
+    lo, hi = parse_duration(str(cp["minInterval"])), parse_duration(str(cp["maxInterval"]))
+    if lo is None or hi is None or lo > hi:
+        raise ConfigError(
+            f"{source}: checkpoint.minInterval/maxInterval must be durations with min <= max "
+            f"(got {cp['minInterval']!r}, {cp['maxInterval']!r})"
+        )
+    cp["minIntervalSeconds"], cp["maxIntervalSeconds"] = lo, hi
+    if not isinstance(cp["minGracePeriodSeconds"], int):
+        raise ConfigError(f"{source}: checkpoint.minGracePeriodSeconds must be an integer")
+    if not isinstance(raw["restarts"]["max"], int):
+        raise ConfigError(f"{source}: restarts.max must be an integer")
+    if not isinstance(raw["queues"]["namespaces"], dict):
+        raise ConfigError(f"{source}: queues.namespaces must map namespace -> LocalQueue")
+
+
+def load_config(path: str | Path | None = None) -> PlatformConfig:
+    """The embedded defaults, overridden field by field by the file at `path` when given."""
+    from webhook.documents import load_yaml_documents  # local: documents imports errors only
+
+    base = yaml.safe_load(_defaults_text())
+    source = "<embedded defaults>"
+    if path is not None:
+        source = str(path)
+        try:
+            text = Path(path).read_text("utf-8")
+        except OSError as exc:
+            raise ConfigError(f"{source}: cannot read: {exc.strerror}") from exc
+        try:
+            docs = [d.data for d in load_yaml_documents(text, source)]
+        except Exception as exc:  # InputError: re-raise as a config problem, same location
+            raise ConfigError(str(exc)) from exc
+        if len(docs) != 1 or not isinstance(docs[0], dict):
+            raise ConfigError(f"{source}: a PlatformConfig file holds exactly one mapping")
+        doc = docs[0]
+        if doc.get("kind", "PlatformConfig") != "PlatformConfig":
+            raise ConfigError(f"{source}: kind must be PlatformConfig, got {doc.get('kind')!r}")
+        base = _merge(base, doc, "", source)
+    _validate(base, source)
+    return PlatformConfig(raw=base, source=source)

@@ -1,0 +1,197 @@
+"""The normalised Workload: what every adapter produces and every policy reads.
+
+An adapter (one module per API in this package) turns an object into a Workload. Policies see it
+as the CEL variable `workload` through `view()`, in camelCase, so a policy never needs to know
+where PyTorchJob and JobSet keep their replica counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, is_dataclass
+from typing import Any, Literal
+
+Role = Literal["training", "inference"]
+WorkloadClass = Literal["A", "B", "C"]
+Tier = Literal["guaranteed", "preemptible"]
+
+
+@dataclass(frozen=True, slots=True)
+class TorchrunSpec:
+    """What a torchrun launch line (and its PET_* environment) says about the job's shape."""
+
+    launcher: str  # "torchrun" | "torch.distributed.run" | "torch.distributed.launch" | "env"
+    nnodes: str | None = None  # raw value, "4" or "2:8"
+    nnodes_min: int | None = None
+    nnodes_max: int | None = None
+    nproc_per_node: str | None = None  # raw value: "8", "gpu", "auto", "cpu"
+    nproc_per_node_int: int | None = None  # set only when the raw value is a number
+    standalone: bool = False
+    rdzv_backend: str | None = None
+    max_restarts: int | None = None
+    # Field name -> "flag" | "env": where each value came from.
+    sources: dict[str, str] = field(default_factory=dict)
+    # Fields whose value was a $VAR reference we could not resolve from the container env.
+    unresolved: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    name: str
+    pointer: str  # JSON pointer of the container object
+    gpus: int  # whole accelerators + MIG slices requested (limits, else requests)
+    accelerators: dict[str, int]  # accelerator resource name -> count
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: dict[str, str | None]  # literal env values; valueFrom entries map to None
+    torchrun: TorchrunSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroup:
+    """One pod template of a workload and how many pods it stamps out."""
+
+    name: str  # replica type / task / group name ("Worker", "workers", "pod")
+    replicas: int
+    template_pointer: str  # JSON pointer of the pod template (has /metadata and /spec); "" for a Pod
+    containers: tuple[Container, ...]
+    gpus_per_pod: int
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    priority_class_name: str | None
+    scheduler_name: str | None
+    node_selector: dict[str, str]
+    # Each required nodeSelectorTerm as its list of matchExpressions (terms are ORed).
+    required_node_terms: tuple[tuple[dict[str, Any], ...], ...]
+    tolerations: tuple[dict[str, Any], ...]
+    termination_grace_period_seconds: int | None  # None when unset (Kubernetes default: 30)
+    pod_affinity_topology_keys: tuple[str, ...]  # topology keys of (anti-)affinity terms
+    restart_policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """How the scheduler is told to place the workload all-or-nothing."""
+
+    # e.g. "kueue", "scheduling-policy", "volcano", "runtime-podgroup", "kueue-pod-group",
+    # "coscheduling", "volcano-podgroup", "workload-api", "ray-batch-scheduler"
+    mechanisms: tuple[str, ...] = ()
+    min_available: int | None = None  # declared minimum, if any
+    min_field: str | None = None  # dotted field path where the minimum is declared
+    queue_name: str | None = None  # Kueue LocalQueue, if labelled
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticRange:
+    min: int
+    max: int
+    field: str  # dotted path of the declaration
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The checkpoint contract annotations, parsed but not judged against platform bounds."""
+
+    interval: str | None = None
+    interval_seconds: int | None = None  # None when absent or not a valid duration
+    uri: str | None = None
+    uri_scheme: str | None = None
+    owner: str | None = None
+    declared: bool = False  # any of the three annotations present
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyConstraint:
+    source: str  # "kueue-tas-required", "kueue-tas-preferred", "volcano-network-topology", ...
+    key: str  # topology key or level
+    required: bool
+    group: str | None = None  # pod group it applies to, None for the whole workload
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    constraints: tuple[TopologyConstraint, ...] = ()
+    best_effort: bool = False  # trainguard.dev/topology-slo: best-effort
+
+
+@dataclass(frozen=True, slots=True)
+class Restarts:
+    bound: int | None = None  # maxRestarts / backoffLimit / maxRetry
+    field: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """For a Pod that a controller created: the workload it belongs to."""
+
+    kind: str  # top-level kind as far as labels tell ("PyTorchJob", "JobSet", "Job", …)
+    name: str
+    via: str  # the label or ownerReference that told us
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    api_version: str
+    kind: str
+    namespace: str | None
+    name: str
+    role: Role
+    klass: WorkloadClass
+    tier: Tier
+    tier_source: str  # "label" | "priority-class" | "default"
+    groups: tuple[PodGroup, ...]
+    total_pods: int
+    total_gpus: int
+    gang: Gang
+    elastic: ElasticRange | None
+    checkpoint: Checkpoint
+    topology: Topology
+    restarts: Restarts
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    # Pool values this workload targets through nodeSelector, required affinity or tolerations,
+    # each with the dotted field that does it: [{"pool": "inference", "field": "spec…nodeSelector"}].
+    pool_targets: tuple[dict[str, str], ...] = ()
+    suspend_path: str | None = None  # JSON pointer; None for kinds without suspend
+    suspended: bool | None = None
+    priority_class: str | None = None
+    owner: Owner | None = None  # set for controller-created pods
+    kueue_managed: bool = False  # a Kueue-managed pod: never relabel it
+
+    @property
+    def member(self) -> bool:
+        return self.owner is not None
+
+    @property
+    def torchrun(self) -> tuple[tuple[PodGroup, Container, TorchrunSpec], ...]:
+        return tuple(
+            (g, c, c.torchrun) for g in self.groups for c in g.containers if c.torchrun is not None
+        )
+
+    def view(self) -> dict[str, Any]:
+        """The CEL `workload` variable: plain JSON-like data, camelCase keys."""
+        out = _to_view(self)
+        out["member"] = self.member
+        out["torchrun"] = [
+            {"group": g.name, "container": c.name, "containerPointer": c.pointer, "gpus": c.gpus}
+            | _to_view(t)
+            for g, c, t in self.torchrun
+        ]
+        out["gpuPods"] = sum(g.replicas for g in self.groups if g.gpus_per_pod > 0)
+        return out
+
+
+def _camel(name: str) -> str:
+    if name == "klass":
+        return "class"
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+def _to_view(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return {_camel(f.name): _to_view(getattr(value, f.name)) for f in fields(value)}
+    if isinstance(value, tuple | list):
+        return [_to_view(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_view(v) for k, v in value.items()}
+    return value
