@@ -79,7 +79,7 @@ def _merge(base: dict[str, Any], override: dict[str, Any], path: str, source: st
             continue
         if key not in base:
             raise ConfigError(f"{source}: unknown field {path}{key} (known: {', '.join(sorted(base))})")
-        if isinstance(base[key], dict) and base[key] and key not in ("namespaces",):
+        if isinstance(base[key], dict) and base[key] and key not in ("namespaces", "values"):
             if not isinstance(value, dict):
                 raise ConfigError(f"{source}: field {path}{key} must be a mapping")
             out[key] = _merge(base[key], value, f"{path}{key}.", source)

@@ -66,6 +66,9 @@ class PodGroup:
     termination_grace_period_seconds: int | None  # None when unset (Kubernetes default: 30)
     pod_affinity_topology_keys: tuple[str, ...]  # topology keys of (anti-)affinity terms
     restart_policy: str | None = None
+    # False when the template is not inside this object (a TrainJob's runtime templates):
+    # mutations must not write at template_pointer.
+    patchable: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +152,9 @@ class Workload:
     labels: dict[str, str]
     annotations: dict[str, str]
     # Pool values this workload targets through nodeSelector, required affinity or tolerations,
-    # each with the dotted field that does it: [{"pool": "inference", "field": "spec…nodeSelector"}].
+    # each with the dotted field that does it and how:
+    # [{"pool": "inference", "field": "spec…nodeSelector", "via": "nodeSelector"|"affinity"|"toleration"}]
+    # A toleration with operator Exists and no value on the pool taint key tolerates every pool: "*".
     pool_targets: tuple[dict[str, str], ...] = ()
     suspend_path: str | None = None  # JSON pointer; None for kinds without suspend
     suspended: bool | None = None
@@ -168,16 +173,57 @@ class Workload:
         )
 
     def view(self) -> dict[str, Any]:
-        """The CEL `workload` variable: plain JSON-like data, camelCase keys."""
+        """The CEL `workload` variable: plain JSON-like data, camelCase keys.
+
+        Besides the fields, it carries what policies need to write good messages: each group's
+        `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template." or "" for a Pod) and each
+        torchrun entry's container field path.
+        """
         out = _to_view(self)
         out["member"] = self.member
+        for group, gv in zip(self.groups, out["groups"], strict=True):
+            gv["fieldPrefix"] = field_path(group.template_pointer) + "." if group.template_pointer else ""
         out["torchrun"] = [
-            {"group": g.name, "container": c.name, "containerPointer": c.pointer, "gpus": c.gpus}
+            {
+                "group": g.name,
+                "container": c.name,
+                "containerPointer": c.pointer,
+                "containerField": field_path(c.pointer),
+                "gpus": c.gpus,
+            }
             | _to_view(t)
             for g, c, t in self.torchrun
         ]
+        torchrun_groups = {g.name for g, _, _ in self.torchrun}
+        out["torchrunPods"] = (
+            self.total_pods
+            if self.kind == "Pod"
+            else sum(g.replicas for g in self.groups if g.name in torchrun_groups)
+        )
         out["gpuPods"] = sum(g.replicas for g in self.groups if g.gpus_per_pod > 0)
+        out["podLabelValue"] = pod_label_value(self.name)
         return out
+
+
+def field_path(pointer: str) -> str:
+    """JSON pointer -> the dotted path a user reads in a manifest: /spec/tasks/0/x -> spec.tasks[0].x"""
+    out = ""
+    for token in pointer.split("/")[1:]:
+        token = token.replace("~1", "/").replace("~0", "~")
+        if token.isdigit():
+            out += f"[{token}]"
+        else:
+            out += ("." if out else "") + token
+    return out
+
+
+def pod_label_value(name: str) -> str:
+    """A label value (<= 63 chars) that identifies the workload's pods for affinity selectors."""
+    if len(name) <= 63:
+        return name
+    import hashlib
+
+    return name[:52].rstrip("-.") + "-" + hashlib.sha256(name.encode()).hexdigest()[:10]
 
 
 def _camel(name: str) -> str:

@@ -1,0 +1,139 @@
+"""Edits become RFC 6902 operations that apply cleanly, and a second pass produces none."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from webhook.engine.mutate import EditError, apply_edits, flatten_edits
+
+POD_TEMPLATE: dict[str, Any] = {
+    "metadata": {"name": "job"},
+    "spec": {
+        "template": {
+            "spec": {"containers": [{"name": "trainer", "env": [{"name": "A", "value": "1"}]}]},
+        }
+    },
+}
+
+CASES = [
+    pytest.param(
+        {"op": "merge", "path": "/metadata/labels", "value": {"trainguard.dev/class": "B"}},
+        [{"op": "add", "path": "/metadata/labels", "value": {"trainguard.dev/class": "B"}}],
+        id="merge-creates-missing-labels-map",
+    ),
+    pytest.param(
+        {"op": "merge", "path": "/metadata", "value": {"name": "job"}},
+        [],
+        id="merge-of-equal-value-is-a-no-op",
+    ),
+    pytest.param(
+        {"op": "set", "path": "/spec/suspend", "value": True},
+        [{"op": "add", "path": "/spec/suspend", "value": True}],
+        id="set-adds-missing-field",
+    ),
+    pytest.param(
+        {"op": "default", "path": "/metadata/name", "value": "other"},
+        [],
+        id="default-keeps-existing-value",
+    ),
+    pytest.param(
+        {"op": "set", "path": "/spec/template/metadata/labels/a~1b", "value": "x"},
+        [{"op": "add", "path": "/spec/template/metadata", "value": {"labels": {"a/b": "x"}}}],
+        id="set-builds-nested-parents-in-one-op",
+    ),
+    pytest.param(
+        {"op": "upsert", "path": "/spec/template/spec/containers/0/env", "key": "name", "value": {"name": "A", "value": "2"}},
+        [{"op": "replace", "path": "/spec/template/spec/containers/0/env/0", "value": {"name": "A", "value": "2"}}],
+        id="upsert-replaces-item-with-same-key",
+    ),
+    pytest.param(
+        {"op": "upsert", "path": "/spec/template/spec/containers/0/env", "key": "name", "value": {"name": "B", "value": "2"}},
+        [{"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": {"name": "B", "value": "2"}}],
+        id="upsert-appends-new-item",
+    ),
+    pytest.param(
+        {"op": "append", "path": "/spec/template/spec/tolerations", "value": {"key": "k", "operator": "Exists"}},
+        [{"op": "add", "path": "/spec/template/spec/tolerations", "value": [{"key": "k", "operator": "Exists"}]}],
+        id="append-creates-list",
+    ),
+    pytest.param(
+        {"op": "requireNodeExpression", "path": "/spec/template/spec", "value": {"key": "pool", "operator": "In", "values": ["t"]}},
+        [
+            {
+                "op": "add",
+                "path": "/spec/template/spec/affinity",
+                "value": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["t"]}]}]
+                        }
+                    }
+                },
+            }
+        ],
+        id="require-node-expression-creates-term",
+    ),
+]
+
+
+@pytest.mark.parametrize(("edit", "expected_ops"), CASES)
+def test_edit_produces_ops_that_apply_and_are_idempotent(edit: dict[str, Any], expected_ops: list[Any]) -> None:
+    original = copy.deepcopy(POD_TEMPLATE)
+    mutated, ops = apply_edits(POD_TEMPLATE, [edit])
+    assert ops == expected_ops
+    assert POD_TEMPLATE == original, "the incoming object must never change"
+    assert jsonpatch.apply_patch(original, ops) == mutated
+    again, second = apply_edits(mutated, [edit])
+    assert second == []
+    assert again == mutated
+
+
+def test_required_node_expression_is_added_to_every_term_that_lacks_the_key() -> None:
+    obj = {
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+                            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["x"]}]},
+                        ]
+                    }
+                }
+            }
+        }
+    }
+    expr = {"key": "pool", "operator": "In", "values": ["t"]}
+    mutated, ops = apply_edits(obj, [{"op": "requireNodeExpression", "path": "/spec", "value": expr}])
+    terms = mutated["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][-1] == expr
+    assert terms[1]["matchExpressions"] == [{"key": "pool", "operator": "In", "values": ["x"]}], "user's own choice kept"
+    assert len(ops) == 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param({"path": "/a"}, id="missing-op"),
+        pytest.param({"op": "delete", "path": "/a"}, id="unknown-op"),
+        pytest.param({"op": "set", "path": 3}, id="path-not-a-string"),
+        pytest.param("text", id="not-a-map"),
+    ],
+)
+def test_malformed_edits_are_refused(value: Any) -> None:
+    with pytest.raises(EditError):
+        flatten_edits([value])
+
+
+def test_nested_lists_from_map_are_flattened() -> None:
+    edits = flatten_edits([[{"op": "set", "path": "/a", "value": 1}], [[{"op": "set", "path": "/b", "value": 2}]]])
+    assert [e["path"] for e in edits] == ["/a", "/b"]
+
+
+def test_writing_below_a_scalar_is_an_error() -> None:
+    with pytest.raises(EditError, match="not an object"):
+        apply_edits({"metadata": "x"}, [{"op": "set", "path": "/metadata/labels/a", "value": "b"}])

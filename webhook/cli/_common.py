@@ -1,0 +1,82 @@
+"""What check, review and test share: engine options, and an Engine built from files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from webhook.config import PlatformConfig, load_config
+from webhook.documents import Document, read_manifests
+from webhook.engine.compile import PolicySet, load_policy_set
+from webhook.engine.load import default_policies_dir
+from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.engine.model import Decision
+
+RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--policies",
+        action="append",
+        metavar="DIR",
+        help="policy files or directories (repeatable; default: the shipped policies)",
+    )
+    parser.add_argument("--config", metavar="FILE", help="PlatformConfig file (default: embedded defaults)")
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        default="default",
+        metavar="NS",
+        help="namespace for objects that name none (default: default)",
+    )
+    parser.add_argument(
+        "--cel",
+        choices=("auto", "cel-expr-python", "cel-python"),
+        default=None,
+        help="CEL runtime (default: cel-expr-python when installed)",
+    )
+
+
+def load_inputs(
+    args: argparse.Namespace, *, track_lines: bool = False
+) -> tuple[PlatformConfig, PolicySet, list[Document]]:
+    config = load_config(args.config)
+    policies = load_policy_set(args.policies or [default_policies_dir()], args.cel)
+    docs = read_manifests(args.paths, stdin=sys.stdin, track_lines=track_lines)
+    return config, policies, docs
+
+
+def context_objects(
+    docs: list[Document],
+) -> tuple[dict[tuple[str | None, str], dict[str, Any]], dict[str, int]]:
+    """TrainingRuntimes and PriorityClasses given beside the workloads, as the cluster would hold them."""
+    runtimes: dict[tuple[str | None, str], dict[str, Any]] = {}
+    priority_classes: dict[str, int] = {}
+    for doc in docs:
+        obj = doc.data
+        kind = obj.get("kind")
+        meta = obj.get("metadata") or {}
+        name = meta.get("name")
+        if not isinstance(name, str):
+            continue
+        if kind in RUNTIME_KINDS and str(obj.get("apiVersion", "")).startswith("trainer.kubeflow.org/"):
+            namespace = meta.get("namespace") if kind == "TrainingRuntime" else None
+            runtimes[(namespace, name)] = obj
+        elif kind == "PriorityClass" and isinstance(obj.get("value"), int):
+            priority_classes[name] = obj["value"]
+    return runtimes, priority_classes
+
+
+def build_engine(
+    policies: PolicySet, config: PlatformConfig, docs: list[Document], exceptions: Any = ()
+) -> Engine:
+    runtimes, priority_classes = context_objects(docs)
+    return Engine(
+        policies, config, runtimes=runtimes, priority_classes=priority_classes, exceptions=exceptions
+    )
+
+
+def decide_all(engine: Engine, docs: list[Document], namespace: str) -> list[Decision]:
+    return [engine.review(AdmissionInput(object=doc.data, namespace=namespace)) for doc in docs]

@@ -1,0 +1,101 @@
+"""Policy -> CompiledPolicy: every CEL expression compiled once, at load time.
+
+A policy set either compiles whole or not at all: a compile error names the file, the policy and
+the expression's position, and the caller keeps serving its last good set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from webhook.engine.cel import Backend, CelCompileError, Program, make_backend
+from webhook.engine.load import load_policies
+from webhook.engine.model import Expression, Policy
+from webhook.errors import PolicyError
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledValidation:
+    check: Program
+    message: str | None
+    message_program: Program | None
+    reason: str
+    field: str | None
+    field_program: Program | None
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledPolicy:
+    policy: Policy
+    conditions: tuple[tuple[str, Program], ...]
+    variables: tuple[tuple[str, Program], ...]
+    validations: tuple[CompiledValidation, ...]
+    mutations: tuple[tuple[str, Program], ...]
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySet:
+    """An immutable, compiled set of policies; the server swaps whole sets atomically."""
+
+    policies: tuple[CompiledPolicy, ...]
+    digest: str
+    backend: Backend
+    sources: tuple[str, ...] = ()
+
+    @property
+    def mutating(self) -> tuple[CompiledPolicy, ...]:
+        return tuple(p for p in self.policies if p.policy.mutating)
+
+    @property
+    def validating(self) -> tuple[CompiledPolicy, ...]:
+        return tuple(p for p in self.policies if not p.policy.mutating)
+
+    def names(self) -> list[str]:
+        return [p.name for p in self.policies]
+
+
+def _compile(backend: Backend, policy: Policy, expr: Expression) -> Program:
+    try:
+        return backend.compile(expr.source)
+    except CelCompileError as exc:
+        position = expr.where + (f" ({exc.position})" if exc.position else "")
+        raise PolicyError(
+            f"CEL does not compile: {exc.message}", path=policy.path, policy=policy.name, position=position
+        ) from None
+
+
+def compile_policy(backend: Backend, policy: Policy) -> CompiledPolicy:
+    c = lambda e: _compile(backend, policy, e)  # noqa: E731
+    return CompiledPolicy(
+        policy=policy,
+        conditions=tuple((m.name, c(m.expression)) for m in policy.match_conditions),
+        variables=tuple((v.name, c(v.expression)) for v in policy.variables),
+        validations=tuple(
+            CompiledValidation(
+                check=c(v.expression),
+                message=v.message,
+                message_program=c(v.message_expression) if v.message_expression else None,
+                reason=v.reason,
+                field=v.field,
+                field_program=c(v.field_expression) if v.field_expression else None,
+            )
+            for v in policy.validations
+        ),
+        mutations=tuple((m.name, c(m.patch_expression)) for m in policy.mutations),
+    )
+
+
+def compile_policies(policies: list[Policy], digest: str, backend: Backend, sources: tuple[str, ...] = ()) -> PolicySet:
+    return PolicySet(tuple(compile_policy(backend, p) for p in policies), digest, backend, sources)
+
+
+def load_policy_set(paths: list[str | Path], backend: Backend | str | None = None) -> PolicySet:
+    """Load and compile every policy under `paths`; raises PolicyError on the first problem."""
+    be = backend if backend is not None and not isinstance(backend, str) else make_backend(backend)
+    policies, digest = load_policies(paths)
+    return compile_policies(policies, digest, be, tuple(str(p) for p in paths))

@@ -1,0 +1,135 @@
+"""Engine.review(): adapt -> match -> mutate -> re-adapt -> validate -> decide, one screen long.
+
+The webhook, the CLI and the review gate all call this; nothing here knows about HTTP or files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from webhook.config import PlatformConfig
+from webhook.engine import decide, evaluate, match
+from webhook.engine.compile import PolicySet
+from webhook.engine.model import Decision, Policy, PolicyResult
+from webhook.engine.mutate import Patcher
+from webhook.workloads import AdaptContext, build_workload
+from webhook.workloads.model import Workload
+
+
+class Exemption(Protocol):
+    def exempts(self, policy: str, workload: Workload, namespace: str | None, now: datetime) -> str | None:
+        """The justification when this exception exempts `workload` from `policy` now."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionInput:
+    """One object to decide, as the API server (or a manifest file) presents it."""
+
+    object: dict[str, Any]
+    operation: str = "CREATE"
+    old_object: dict[str, Any] | None = None
+    namespace: str | None = None
+    user_info: Mapping[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+    # TrainingRuntimes, PriorityClasses … seen beside the object (CLI) or in the cluster (webhook)
+    runtimes: Mapping[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(
+        self,
+        policies: PolicySet,
+        config: PlatformConfig,
+        *,
+        priority_classes: Mapping[str, int] | None = None,
+        runtimes: Mapping[tuple[str | None, str], dict[str, Any]] | None = None,
+        exceptions: Sequence[Exemption] = (),
+    ) -> None:
+        self.policies = policies
+        self.config = config
+        self.priority_classes = dict(priority_classes or {})
+        self.runtimes = dict(runtimes or {})
+        self.exceptions = tuple(exceptions)
+
+    def review(
+        self, inp: AdmissionInput, *, mutate: bool = True, validate: bool = True, now: datetime | None = None
+    ) -> Decision:
+        obj = inp.object
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        namespace = meta.get("namespace") or inp.namespace
+        if inp.operation not in ("CREATE", "UPDATE"):
+            return Decision(True, mutated=obj, skipped_reason=f"operation {inp.operation} is always allowed")
+        if namespace in self.config.excluded_namespaces:
+            return Decision(True, mutated=obj, skipped_reason=f"namespace {namespace} is excluded")
+        ctx = AdaptContext(
+            config=self.config,
+            runtimes={**self.runtimes, **inp.runtimes},
+            priority_classes=self.priority_classes,
+            namespace=namespace,
+        )
+        workload = build_workload(obj, ctx)
+        if workload is None:
+            return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
+        old_workload = build_workload(inp.old_object, ctx) if inp.old_object else None
+        base = {
+            "oldObject": inp.old_object,
+            "oldWorkload": old_workload.view() if old_workload else None,
+            "request": {
+                "operation": inp.operation,
+                "namespace": namespace,
+                "name": meta.get("name"),
+                "userInfo": dict(inp.user_info),
+                "dryRun": inp.dry_run,
+            },
+            "params": self.config.params(),
+            "cluster": {"priorityClasses": {**(self.config.raw["tiers"].get("values") or {}), **self.priority_classes}},
+            "variables": {},
+        }
+        evaluated: list[tuple[Policy, PolicyResult]] = []
+        now = now or datetime.now(UTC)
+
+        patcher = Patcher(obj)
+        if mutate:
+            bindings = evaluate.Bindings(self.policies.backend, {**base, "object": obj, "workload": workload.view()})
+            for cp in self.policies.mutating:
+                evaluated.append((cp.policy, self._run(cp, workload, inp.operation, namespace, now, bindings, patcher)))
+            if patcher.ops:
+                workload = build_workload(patcher.doc, ctx) or workload
+
+        if validate:
+            bindings = evaluate.Bindings(
+                self.policies.backend, {**base, "object": patcher.doc, "workload": workload.view()}
+            )
+            for cp in self.policies.validating:
+                evaluated.append((cp.policy, self._run(cp, workload, inp.operation, namespace, now, bindings, None)))
+
+        decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
+        return decide.decide(decision, evaluated)
+
+    def _run(
+        self,
+        cp: Any,
+        workload: Workload,
+        operation: str,
+        namespace: str | None,
+        now: datetime,
+        bindings: evaluate.Bindings,
+        patcher: Patcher | None,
+    ) -> PolicyResult:
+        reason = match.skip_reason(cp.policy.match, workload, operation, namespace)
+        if reason is not None:
+            return PolicyResult(cp.name, "skip", (reason,))
+        if patcher is not None and workload.kueue_managed:
+            # Kueue's pod webhook rejects label changes on the pods it manages.
+            return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
+        for exception in self.exceptions:
+            justification = exception.exempts(cp.name, workload, namespace, now)
+            if justification is not None:
+                result = evaluate.mutate(cp, bindings, Patcher(patcher.doc)) if patcher else evaluate.validate(cp, bindings)
+                return PolicyResult(cp.name, "exempt", result.messages, result.fields, (), justification)
+        if patcher is not None:
+            return evaluate.mutate(cp, bindings, patcher)
+        return evaluate.validate(cp, bindings)

@@ -1,0 +1,119 @@
+"""AdmissionReview v1 <-> the engine: parse_request() and build_response(). No HTTP in here.
+
+Two kinds of failure, kept apart (as kopf does): a malformed review is a ReviewError that the
+HTTP layer answers with 400; a policy outcome is always a well-formed response with allowed
+true or false.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from webhook.engine.model import Decision
+from webhook.engine.pipeline import AdmissionInput
+from webhook.errors import InputError
+
+API_VERSION = "admission.k8s.io/v1"
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+# The API server shows at most this much of each warning; longer ones are cut by it anyway.
+_WARNING_LIMIT = 1024
+
+
+class ReviewError(InputError):
+    """The body is not an AdmissionReview v1 we can answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedReview:
+    uid: str
+    operation: str
+    kind: str
+    namespace: str | None
+    name: str | None
+    dry_run: bool
+    admission: AdmissionInput
+
+
+def _fail(message: str, field: str | None = None) -> ReviewError:
+    return ReviewError(message, source="AdmissionReview", field=field)
+
+
+def parse_request(body: bytes) -> ParsedReview:
+    try:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise _fail(f"malformed JSON: {exc}") from None
+    if not isinstance(review, dict):
+        raise _fail(f"expected a JSON object, got {type(review).__name__}")
+    if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
+        raise _fail(
+            f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
+            f"{review.get('apiVersion')!r} {review.get('kind')!r}",
+            "apiVersion",
+        )
+    request = review.get("request")
+    if not isinstance(request, dict):
+        raise _fail("missing request", "request")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise _fail("missing request.uid", "request.uid")
+    operation = request.get("operation")
+    if operation not in OPERATIONS:
+        raise _fail(f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}", "request.operation")
+    obj = request.get("object")
+    old = request.get("oldObject")
+    if operation in ("CREATE", "UPDATE") and not isinstance(obj, dict):
+        raise _fail(f"request.object must be an object for {operation}, got {type(obj).__name__}", "request.object")
+    if old is not None and not isinstance(old, dict):
+        raise _fail("request.oldObject must be an object or null", "request.oldObject")
+    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
+    user_info = request.get("userInfo") if isinstance(request.get("userInfo"), dict) else {}
+    namespace = request.get("namespace") or None
+    return ParsedReview(
+        uid=uid,
+        operation=operation,
+        kind=str(kind.get("kind") or (obj or {}).get("kind") or ""),
+        namespace=namespace,
+        name=request.get("name") or None,
+        dry_run=bool(request.get("dryRun")),
+        admission=AdmissionInput(
+            object=obj if isinstance(obj, dict) else {},
+            operation=operation,
+            old_object=old,
+            namespace=namespace,
+            user_info=user_info,
+            dry_run=bool(request.get("dryRun")),
+        ),
+    )
+
+
+def denial_message(decision: Decision) -> str:
+    parts = []
+    for f in decision.violations:
+        parts.append(f"{f.policy}: {f.message}" + (f" (field {f.field})" if f.field else ""))
+    return "; ".join(parts)
+
+
+def build_response(uid: str, decision: Decision, *, mutating: bool) -> dict[str, Any]:
+    response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {"code": 403, "reason": "Forbidden", "message": denial_message(decision)}
+    if decision.warnings:
+        response["warnings"] = [f"{f.policy}: {f.message}"[:_WARNING_LIMIT] for f in decision.warnings]
+    if mutating and decision.patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode("ascii")
+    audits: dict[str, str] = {}
+    for f in decision.audits:
+        key = f"{f.policy}"
+        audits[key] = f"{audits[key]}; {f.message}" if key in audits else f.message
+    for r in decision.results:
+        if r.outcome == "exempt" and r.messages:
+            audits[f"{r.policy}-exempted"] = f"{r.exemption}: {'; '.join(r.messages)}"
+    if audits:
+        response["auditAnnotations"] = audits
+    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}
