@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from webhook.config import PlatformConfig, load_config
-from webhook.documents import Document, read_manifests
+from webhook.documents import Document, field_pointer, load_yaml_documents, read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
 from webhook.engine.load import default_policies_dir
 from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.engine.model import Decision
+from webhook.errors import InputError
 
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 
@@ -79,4 +81,30 @@ def build_engine(
 
 
 def decide_all(engine: Engine, docs: list[Document], namespace: str) -> list[Decision]:
-    return [engine.review(AdmissionInput(object=doc.data, namespace=namespace)) for doc in docs]
+    return [decide_document(engine, doc, namespace) for doc in docs]
+
+
+def decide_document(engine: Engine, doc: Document, namespace: str) -> Decision:
+    try:
+        return engine.review(AdmissionInput(object=doc.data, namespace=namespace))
+    except InputError as exc:
+        if exc.source is not None:
+            raise
+        raise InputError(
+            exc.message, source=doc.path, document=doc.index, line=_line_of(doc, exc.field), field=exc.field
+        ) from None
+
+
+def _line_of(doc: Document, field: str | None) -> int:
+    """The line of `field` in the document, re-reading the file with line tracking (errors only)."""
+    if not field or doc.path == "<stdin>":
+        return doc.line
+    try:
+        text = Path(doc.path).read_text("utf-8")
+        tracked = load_yaml_documents(text, doc.path, track_lines=True)
+    except (OSError, InputError):
+        return doc.line
+    for candidate in tracked:
+        if candidate.index == doc.index:
+            return candidate.line_of(field_pointer(field))
+    return doc.line

@@ -138,9 +138,32 @@ def _py_join(items: Any, sep: Any = "") -> Any:
     return celtypes.StringType(str(sep).join(str(x) for x in items))
 
 
+def _is_null(value: Any) -> bool:
+    from celpy import celtypes
+
+    return value is None or isinstance(value, celtypes.NullType)
+
+
+def _py_eq(a: Any, b: Any) -> Any:
+    from celpy import celtypes, evaluation
+
+    # CEL compares any value with null (heterogeneous equality); cel-python 0.5 raises "no
+    # matching overload" for map/list/int against null. Policies write `x != null` everywhere.
+    if _is_null(a) or _is_null(b):
+        return celtypes.BoolType(_is_null(a) and _is_null(b))
+    return evaluation.bool_eq(a, b)
+
+
+def _py_ne(a: Any, b: Any) -> Any:
+    from celpy import celtypes
+
+    return celtypes.BoolType(not _py_eq(a, b))
+
+
 # The Kubernetes CEL library functions our policies use, for cel-python (the C++ runtime gets
-# them from its strings extension). Keep the default policies inside this set.
-_PY_FUNCTIONS = {"join": _py_join}
+# them from its strings extension), and the null-equality fix. Keep the default policies inside
+# what both runtimes support.
+_PY_FUNCTIONS = {"join": _py_join, "_==_": _py_eq, "_!=_": _py_ne}
 
 
 class PyBackend:

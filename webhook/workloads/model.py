@@ -202,6 +202,7 @@ class Workload:
         )
         out["gpuPods"] = sum(g.replicas for g in self.groups if g.gpus_per_pod > 0)
         out["podLabelValue"] = pod_label_value(self.name)
+        out["suspendField"] = field_path(self.suspend_path) if self.suspend_path else None
         return out
 
 

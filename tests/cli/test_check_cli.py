@@ -1,0 +1,139 @@
+"""`trainguard check`: exit codes, the JSON contract, stdin, and clear errors without tracebacks."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, corpus_files, shared_dir
+from webhook.cli import main
+
+EXAMPLES = REPO / "deploy" / "examples"
+COUNTER = REPO / "deploy" / "counterexamples"
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_shipped_examples_are_all_admitted(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "check", str(EXAMPLES))
+    assert code == 0, out + err
+    assert "0 denied" in out
+    assert "pytorchjob-kueue-b.yaml#1" in out
+
+
+def test_counterexamples_are_denied_with_the_rule_and_the_field(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "check", str(COUNTER), "-o", "json")
+    assert code == 1
+    results = {Path(r["source"]).name.split("#")[0]: r for r in json.loads(out)["results"]}
+    assert {name: [v["policy"] for v in r["violations"]] for name, r in results.items()} == {
+        "bare-torchrun-pod.yaml": ["gang-required"],
+        "elastic-no-checkpoint.yaml": ["checkpoint-required", "checkpoint-required"],
+        "pytorchjob-no-gang.yaml": ["gang-required"],
+        "training-on-inference-pool.yaml": ["pool-separation", "torchrun-consistency"],
+    }
+    gang = results["pytorchjob-no-gang.yaml"]["violations"][0]["message"]
+    assert "kueue.x-k8s.io/queue-name" in gang and "spec.runPolicy.schedulingPolicy.minAvailable: 4" in gang
+
+
+def test_json_output_has_one_result_per_document_with_the_contract_keys(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n"
+        + (EXAMPLES / "finetune-single-node-a.yaml").read_text()
+    )
+    code, out, _ = run(capsys, "check", str(path), "-o", "json")
+    assert code == 0
+    doc = json.loads(out)
+    assert [r["kind"] for r in doc["results"]] == ["ConfigMap", "Job"]
+    configmap, job = doc["results"]
+    assert configmap["allowed"] is True and configmap["class"] is None and configmap["patch"] == []
+    for key in ("source", "apiVersion", "kind", "namespace", "name", "role", "class", "tier", "allowed", "violations", "warnings", "patch"):
+        assert key in job
+    assert (job["class"], job["tier"], job["role"]) == ("A", "guaranteed", "training")
+    assert job["source"].endswith("mixed.yaml#2")
+    assert {"op": "add", "path": "/metadata/labels", "value": {"trainguard.dev/class": "A"}} in job["patch"]
+    assert doc["summary"]["documents"] == 2
+
+
+def test_stdin_is_read_with_dash(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO((COUNTER / "bare-torchrun-pod.yaml").read_text()))
+    code, out, _ = run(capsys, "check", "-", "-o", "yaml")
+    assert code == 1
+    assert "source: <stdin>#1" in out
+
+
+def test_namespace_flag_applies_to_objects_without_one(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "platform.yaml"
+    config.write_text("queues:\n  namespaces: {team-x: team-x-queue}\n")
+    code, out, _ = run(capsys, "check", str(COUNTER / "pytorchjob-no-gang.yaml"), "-o", "json", "--config", str(config))
+    assert code == 1, "namespace team-a has no queue"
+    job = (COUNTER / "pytorchjob-no-gang.yaml").read_text().replace("  namespace: team-a\n", "")
+    nons = tmp_path / "job.yaml"
+    nons.write_text(job)
+    code, out, _ = run(capsys, "check", str(nons), "-o", "json", "--config", str(config), "--namespace", "team-x")
+    assert code == 0, out
+    result = json.loads(out)["results"][0]
+    assert result["namespace"] == "team-x"
+    assert {"op": "add", "path": "/spec/runPolicy", "value": {"suspend": True}} in result["patch"]
+
+
+BAD_INPUT = [
+    pytest.param("a: 1\na: 2\n", "document 1, line 2, field a: duplicate key 'a'", id="duplicate-key"),
+    pytest.param("apiVersion: v1\nkind: Pod\nmetadata: {name: [x\n", "malformed YAML", id="broken-yaml"),
+    pytest.param("just a string\n", "expected a Kubernetes object", id="scalar-document"),
+    pytest.param("kind: Pod\n", "missing or empty apiVersion", id="missing-apiversion"),
+    pytest.param(
+        "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: p}\nspec:\n  pytorchReplicaSpecs:\n    Worker: {replicas: many}\n",
+        "replicas",
+        id="replicas-not-a-number",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "words"), BAD_INPUT)
+def test_bad_input_exits_2_with_location_and_no_traceback(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    code, out, err = run(capsys, "check", str(path))
+    assert code == 2
+    assert words in err
+    assert str(path) in err
+    assert "Traceback" not in err + out
+
+
+def test_broken_policy_directory_exits_2_naming_file_and_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata: {name: broken}\n"
+        "spec:\n  validations:\n    - expression: 'workload.totalPods >'\n      message: m\n"
+    )
+    code, _, err = run(capsys, "check", str(EXAMPLES), "--policies", str(tmp_path))
+    assert code == 2
+    assert "policy broken, spec.validations[0].expression" in err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["check", str(EXAMPLES), "-o", "xml"])
+    assert info.value.code == 2
+
+
+@pytest.mark.skipif(shared_dir() is None, reason="the shared corpus is not beside this checkout")
+def test_whole_corpus_through_json_has_a_result_for_every_document(capsys: pytest.CaptureFixture[str]) -> None:
+    shared = shared_dir()
+    assert shared is not None
+    code, out, err = run(capsys, "check", str(shared / "corpus"), "-o", "json")
+    assert code == 1, err  # the corpus holds jobs without gang and a NEGATIVE fixture
+    doc = json.loads(out)
+    documents = sum(text.count("\nkind:") + text.startswith("kind:") for text in (p.read_text() for p in corpus_files()))
+    assert doc["summary"]["documents"] == len(doc["results"]) >= 100
+    assert documents >= len(doc["results"]) - 5  # top-level kinds only; nested `kind:` lines overcount
+    negative = [r for r in doc["results"] if r["source"].endswith("minAvailable-webhook-deny.yaml#1")]
+    assert negative and not negative[0]["allowed"]
+    assert [v["policy"] for v in negative[0]["violations"]] == ["min-available"]

@@ -1,0 +1,143 @@
+"""The engine end to end: modes, failurePolicy, skips, and idempotent mutation over the real corpus."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.conftest import BACKENDS, corpus_files
+from webhook.cli._common import context_objects
+from webhook.config import PlatformConfig, load_config
+from webhook.documents import read_manifests
+from webhook.engine.compile import PolicySet, load_policy_set
+from webhook.engine.pipeline import AdmissionInput, Engine
+
+NO_GANG_JOB: dict[str, Any] = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "j", "namespace": "ml"},
+    "spec": {
+        "parallelism": 4,
+        "completions": 4,
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "x"}]}},
+    },
+}
+
+
+def _policy_dir(tmp_path: Path, *, mode: str = "Enforce", failure: str = "Fail", expression: str) -> Path:
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: rule\n"
+        f"spec:\n  mode: {mode}\n  failurePolicy: {failure}\n  validations:\n"
+        f"    - expression: '{expression}'\n      message: rule says no\n"
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("mode", "failure", "expression", "allowed", "where"),
+    [
+        pytest.param("Enforce", "Fail", "false", False, "violations", id="enforce-denies"),
+        pytest.param("Warn", "Fail", "false", True, "warnings", id="warn-allows-with-warning"),
+        pytest.param("Audit", "Fail", "false", True, "audits", id="audit-records-only"),
+        pytest.param("Enforce", "Fail", "object.spec.nothere > 1", False, "violations", id="error-with-fail-denies"),
+        pytest.param("Enforce", "Ignore", "object.spec.nothere > 1", True, "warnings", id="error-with-ignore-warns"),
+        pytest.param("Enforce", "Fail", "true", True, None, id="pass-allows"),
+    ],
+)
+def test_mode_and_failure_policy_shape_the_decision(
+    tmp_path: Path, backend: str, mode: str, failure: str, expression: str, allowed: bool, where: str | None
+) -> None:
+    engine = Engine(load_policy_set([_policy_dir(tmp_path, mode=mode, failure=failure, expression=expression)], backend), load_config())
+    decision = engine.review(AdmissionInput(object=NO_GANG_JOB))
+    assert decision.allowed is allowed
+    buckets = {"violations": decision.violations, "warnings": decision.warnings, "audits": decision.audits}
+    for name, findings in buckets.items():
+        assert (len(findings) == 1) == (name == where), name
+    if where and "nothere" in expression:
+        assert "could not be evaluated" in buckets[where][0].message
+
+
+@pytest.mark.parametrize(
+    ("inp", "reason"),
+    [
+        pytest.param(AdmissionInput(object=NO_GANG_JOB, operation="DELETE"), "operation DELETE", id="delete-always-allowed"),
+        pytest.param(AdmissionInput(object=NO_GANG_JOB, operation="CONNECT"), "operation CONNECT", id="connect-always-allowed"),
+        pytest.param(
+            AdmissionInput(object={**NO_GANG_JOB, "metadata": {"name": "j", "namespace": "kube-system"}}),
+            "namespace kube-system is excluded",
+            id="excluded-namespace",
+        ),
+        pytest.param(
+            AdmissionInput(object={"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}),
+            "not a workload",
+            id="not-a-workload-kind",
+        ),
+    ],
+)
+def test_objects_trainguard_does_not_decide_are_allowed_untouched(
+    policy_set: PolicySet, config: PlatformConfig, inp: AdmissionInput, reason: str
+) -> None:
+    decision = Engine(policy_set, config).review(inp)
+    assert decision.allowed
+    assert decision.patch == []
+    assert decision.skipped_reason is not None and reason in decision.skipped_reason
+
+
+def test_decision_is_taken_on_the_mutated_object(policy_set: PolicySet, config: PlatformConfig) -> None:
+    gpu_gang = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "g", "namespace": "ml", "labels": {"kueue.x-k8s.io/queue-name": "q"}},
+        "spec": {
+            "parallelism": 2,
+            "completions": 2,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}},
+        },
+    }
+    engine = Engine(policy_set, config)
+    assert engine.review(AdmissionInput(object=gpu_gang)).allowed, "the topology mutation satisfies topology-slo"
+    unmutated = engine.review(AdmissionInput(object=gpu_gang), mutate=False)
+    assert not unmutated.allowed
+    assert [f.policy for f in unmutated.violations] == ["topology-slo"]
+
+
+def _corpus_docs() -> list[Any]:
+    return [pytest.param(path, id=str(path.relative_to(path.parents[1]))) for path in corpus_files()]
+
+
+@pytest.mark.skipif(not corpus_files(), reason="the shared corpus is not beside this checkout")
+@pytest.mark.parametrize("path", _corpus_docs())
+def test_corpus_manifest_is_decided_and_mutations_are_idempotent(path: Path, policy_set: PolicySet, config: PlatformConfig) -> None:
+    docs = read_manifests([str(path)])
+    runtimes, priority_classes = context_objects(docs)
+    engine = Engine(policy_set, config, runtimes=runtimes, priority_classes=priority_classes)
+    for doc in docs:
+        decision = engine.review(AdmissionInput(object=doc.data, namespace="default"))
+        assert not [r for r in decision.results if r.outcome == "error"], doc.source
+        assert jsonpatch.apply_patch(doc.data, decision.patch) == decision.mutated
+        again = engine.review(AdmissionInput(object=decision.mutated, namespace="default"))
+        assert again.patch == [], f"{doc.source}: second pass patched {again.patch}"
+        assert again.allowed == decision.allowed
+        for r in decision.results:
+            if r.patch:  # each mutation on its own is idempotent too
+                assert not [x for x in again.results if x.policy == r.policy and x.patch]
+
+
+@pytest.mark.skipif(not corpus_files(), reason="the shared corpus is not beside this checkout")
+def test_both_cel_backends_decide_the_corpus_identically(config: PlatformConfig) -> None:
+    engines = [load_policy_set([Path(__file__).resolve().parents[2] / "policies"], b) for b in BACKENDS]
+    for path in corpus_files():
+        docs = read_manifests([str(path)])
+        runtimes, priority_classes = context_objects(docs)
+        for doc in docs:
+            inp = AdmissionInput(object=doc.data, namespace="default")
+            a, b = (Engine(ps, config, runtimes=runtimes, priority_classes=priority_classes).review(inp) for ps in engines)
+            assert (a.allowed, a.patch, [(f.policy, f.message) for f in a.violations + a.warnings]) == (
+                b.allowed,
+                b.patch,
+                [(f.policy, f.message) for f in b.violations + b.warnings],
+            ), doc.source
