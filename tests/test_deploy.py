@@ -1,0 +1,381 @@
+"""deploy/: `kubectl kustomize deploy/` renders, the objects are what the API expects, nothing drifts.
+
+Without a cluster, each object is decoded into the Kubernetes client's typed models and encoded
+back: a misspelt or misplaced field disappears in the round trip and fails the test.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client import ApiClient
+
+from webhook import __version__, webhookconfig
+from webhook.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+NAMESPACE = "trainguard-system"
+POD_LABELS = {"app.kubernetes.io/name": "trainguard", "app.kubernetes.io/component": "webhook"}
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[Obj]:
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl (with its built-in kustomize) is needed to render deploy/"
+    result = subprocess.run(
+        [kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+
+
+def one(objects: list[Obj], kind: str, name_prefix: str = "trainguard") -> Obj:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"].startswith(name_prefix)]
+    assert len(found) == 1, (kind, name_prefix, [o["metadata"]["name"] for o in found])
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def pod_spec(rendered: list[Obj]) -> Obj:
+    spec: Obj = one(rendered, "Deployment")["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def container(pod_spec: Obj) -> Obj:
+    (c,) = pod_spec["containers"]
+    assert isinstance(c, dict)
+    return c
+
+
+# --- the rendering -------------------------------------------------------------------------------
+
+
+def test_renders_the_expected_objects(rendered: list[Obj]) -> None:
+    kinds = sorted(
+        (o["kind"], o["metadata"]["name"].rsplit("-", 1)[0] if o["kind"] == "ConfigMap" else "")
+        for o in rendered
+    )
+    assert kinds == sorted(
+        [
+            ("Namespace", ""),
+            ("ServiceAccount", ""),
+            ("ClusterRole", ""),
+            ("ClusterRoleBinding", ""),
+            ("ResourceQuota", ""),
+            ("Deployment", ""),
+            ("Service", ""),
+            ("PodDisruptionBudget", ""),
+            ("ConfigMap", "trainguard-config"),
+            ("ConfigMap", "trainguard-policies"),
+            ("ValidatingWebhookConfiguration", ""),
+            ("MutatingWebhookConfiguration", ""),
+        ]
+    )
+
+
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingWebhookConfiguration",
+    "MutatingWebhookConfiguration",
+}
+
+
+def test_namespaced_objects_live_in_trainguard_system(rendered: list[Obj]) -> None:
+    for obj in rendered:
+        if obj["kind"] in CLUSTER_SCOPED:
+            assert "namespace" not in obj["metadata"], obj["kind"]
+        else:
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
+
+
+def test_every_object_survives_the_typed_round_trip(rendered: list[Obj]) -> None:
+    client = ApiClient()
+    encode: Callable[[Any], Any] = client.sanitize_for_serialization
+    for obj in rendered:
+        version = obj["apiVersion"].rpartition("/")[2]
+        # The generated decoder behind deserialize(), whose public signature changed across client
+        # versions (a response object, later the body text); this one has stayed the same.
+        model = client._ApiClient__deserialize(obj, f"{version.capitalize()}{obj['kind']}")  # type: ignore[attr-defined]
+        assert encode(model) == obj, obj["kind"]
+
+
+# --- the Deployment ------------------------------------------------------------------------------
+
+
+def test_deployment_shape(rendered: list[Obj], pod_spec: Obj) -> None:
+    deployment = one(rendered, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["selector"]["matchLabels"] == POD_LABELS
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert POD_LABELS.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    anti = pod_spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert [t["podAffinityTerm"]["topologyKey"] for t in anti] == ["kubernetes.io/hostname"]
+    assert anti[0]["podAffinityTerm"]["labelSelector"]["matchLabels"] == POD_LABELS
+    (spread,) = pod_spec["topologySpreadConstraints"]
+    assert spread["whenUnsatisfiable"] == "ScheduleAnyway"
+    assert spread["labelSelector"]["matchLabels"] == POD_LABELS
+
+
+def test_pod_security(pod_spec: Obj, container: Obj, rendered: list[Obj]) -> None:
+    assert pod_spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 65532,
+        "runAsGroup": 65532,
+        "fsGroup": 65532,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert container["securityContext"] == {
+        "runAsNonRoot": True,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    # Token only in this pod, not in whatever else might run as the account.
+    assert pod_spec["automountServiceAccountToken"] is True
+    assert one(rendered, "ServiceAccount")["automountServiceAccountToken"] is False
+    assert pod_spec["serviceAccountName"] == one(rendered, "ServiceAccount")["metadata"]["name"]
+    assert (
+        one(rendered, "Namespace")["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    )
+
+
+def test_critical_priority_is_admitted_by_the_quota(pod_spec: Obj, rendered: list[Obj]) -> None:
+    quota = one(rendered, "ResourceQuota")["spec"]
+    (expr,) = quota["scopeSelector"]["matchExpressions"]
+    assert (expr["scopeName"], expr["operator"]) == ("PriorityClass", "In")
+    assert pod_spec["priorityClassName"] in expr["values"]
+    assert int(quota["hard"]["pods"]) >= 3  # two replicas and a surge pod
+
+
+def test_container_args_probes_and_resources(container: Obj) -> None:
+    assert container["image"] == f"trainguard:{__version__}"
+    assert container["args"] == [
+        "serve",
+        *("--tls-cert", "/certs/tls.crt", "--tls-key", "/certs/tls.key"),
+        *("--policies", "/etc/trainguard/policies", "--config", "/etc/trainguard/config.yaml"),
+    ]
+    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        assert container[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
+    assert container["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"cpu": "1", "memory": "256Mi"},
+    }
+
+
+def test_volumes_are_the_tls_secret_and_the_generated_config_maps(
+    pod_spec: Obj, container: Obj, rendered: list[Obj]
+) -> None:
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "trainguard-tls"
+    config_maps = {o["metadata"]["name"] for o in rendered if o["kind"] == "ConfigMap"}
+    for name in ("policies", "config"):
+        assert volumes[name]["configMap"]["name"] in config_maps  # the hash-suffixed generated name
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/certs"]["name"] == "tls" and "subPath" not in mounts["/certs"]  # rotation reaches the pod
+    assert mounts["/etc/trainguard/policies"]["name"] == "policies"
+    assert mounts["/etc/trainguard/config.yaml"] == {
+        "name": "config",
+        "mountPath": "/etc/trainguard/config.yaml",
+        "subPath": "config.yaml",
+        "readOnly": True,
+    }
+    assert mounts["/tmp"]["name"] == "tmp"
+
+
+def test_service_and_pdb_select_the_pods(rendered: list[Obj], container: Obj) -> None:
+    service = one(rendered, "Service")["spec"]
+    assert service["selector"] == POD_LABELS
+    assert service["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    assert {p["name"] for p in container["ports"]} >= {"https"}
+    pdb = one(rendered, "PodDisruptionBudget")["spec"]
+    assert pdb == {"minAvailable": 1, "selector": {"matchLabels": POD_LABELS}}
+
+
+# --- RBAC ----------------------------------------------------------------------------------------
+
+
+def rules_for(role: Obj, group: str, resource: str) -> list[Obj]:
+    return [r for r in role["rules"] if group in r["apiGroups"] and resource in r["resources"]]
+
+
+@pytest.mark.parametrize(
+    ("group", "resource"),
+    [
+        pytest.param("scheduling.k8s.io", "priorityclasses", id="priorityclasses"),
+        pytest.param("", "namespaces", id="namespaces"),
+        pytest.param("trainer.kubeflow.org", "trainingruntimes", id="trainingruntimes"),
+        pytest.param("trainer.kubeflow.org", "clustertrainingruntimes", id="clustertrainingruntimes"),
+        pytest.param("kueue.x-k8s.io", "localqueues", id="localqueues"),
+        pytest.param("trainguard.dev", "policyexceptions", id="policyexceptions"),
+    ],
+)
+def test_caches_may_read(rendered: list[Obj], group: str, resource: str) -> None:
+    (rule,) = rules_for(one(rendered, "ClusterRole"), group, resource)
+    assert sorted(rule["verbs"]) == ["get", "list", "watch"]
+    assert "resourceNames" not in rule
+
+
+@pytest.mark.parametrize("resource", ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"])
+def test_self_registration_is_limited_to_own_configurations(rendered: list[Obj], resource: str) -> None:
+    rules = rules_for(one(rendered, "ClusterRole"), "admissionregistration.k8s.io", resource)
+    named = [r for r in rules if "resourceNames" in r]
+    unnamed = [r for r in rules if "resourceNames" not in r]
+    assert [(sorted(r["verbs"]), r["resourceNames"]) for r in named] == [
+        (["get", "patch", "update"], ["trainguard"])
+    ]
+    # create cannot carry resourceNames (the authorizer sees no name): the only unrestricted verb.
+    assert [r["verbs"] for r in unnamed] == [["create"]]
+    names = {o["metadata"]["name"] for o in rendered if o["kind"].endswith("WebhookConfiguration")}
+    assert names == {"trainguard"}
+
+
+def test_no_write_access_beyond_webhook_configurations(rendered: list[Obj]) -> None:
+    for rule in one(rendered, "ClusterRole")["rules"]:
+        if set(rule["verbs"]) - {"get", "list", "watch"}:
+            assert rule["apiGroups"] == ["admissionregistration.k8s.io"], rule
+
+
+def test_binding_grants_the_role_to_the_service_account(rendered: list[Obj]) -> None:
+    binding = one(rendered, "ClusterRoleBinding")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": one(rendered, "ClusterRole")["metadata"]["name"],
+    }
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainguard", "namespace": NAMESPACE}]
+
+
+# --- drift ---------------------------------------------------------------------------------------
+
+
+def test_webhook_configurations_match_the_renderer() -> None:
+    """deploy/webhook-configurations.yaml is `trainguard webhook-config` output; regenerate it with
+    `trainguard webhook-config > deploy/webhook-configurations.yaml`."""
+    expected = webhookconfig.dump(webhookconfig.render())
+    assert (DEPLOY / "webhook-configurations.yaml").read_text() == expected
+
+
+def test_rendered_webhook_configurations_point_at_the_service(rendered: list[Obj]) -> None:
+    service = one(rendered, "Service")
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        (hook,) = one(rendered, kind)["webhooks"]
+        ref = hook["clientConfig"]["service"]
+        assert (ref["name"], ref["namespace"], ref["port"]) == (
+            service["metadata"]["name"],
+            service["metadata"]["namespace"],
+            service["spec"]["ports"][0]["port"],
+        )
+        assert "caBundle" not in hook["clientConfig"]  # filled in by the server; apply -k leaves it alone
+        (selector,) = hook["namespaceSelector"]["matchExpressions"]
+        assert NAMESPACE in selector["values"]
+
+
+def policy_files(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def policy_drift(root: Path) -> list[str]:
+    """What differs between root/policies and its copies in root/deploy/policies; empty: nothing."""
+    source = policy_files(root / "policies")
+    copies = [n for n in policy_files(root / "deploy" / "policies") if n != "kustomization.yaml"]
+    problems = [f"deploy/policies/{n}: not in policies/" for n in sorted(set(copies) - set(source))]
+    problems += [f"policies/{n}: no copy in deploy/policies/" for n in sorted(set(source) - set(copies))]
+    for name in sorted(set(source) & set(copies)):
+        if (root / "deploy" / "policies" / name).read_bytes() != (root / "policies" / name).read_bytes():
+            problems.append(f"deploy/policies/{name} differs from policies/{name}")
+    kustomization = yaml.safe_load((root / "deploy" / "policies" / "kustomization.yaml").read_text())
+    (generator,) = kustomization["configMapGenerator"]
+    if (generator["name"], generator["files"]) != ("trainguard-policies", source):
+        problems.append(f"deploy/policies/kustomization.yaml lists {generator['files']}, not {source}")
+    return problems
+
+
+def test_deploy_policies_are_copies_of_policies() -> None:
+    """kustomize reads nothing outside deploy/, symlinks included: deploy/policies/ holds copies."""
+    assert policy_files(ROOT / "policies"), "policies/ holds no policy file"
+    assert policy_drift(ROOT) == [], "run deploy/sync-policies.sh"
+
+
+def test_sync_script_repairs_drift_and_is_idempotent(tmp_path: Path) -> None:
+    for part in ("policies", "deploy"):
+        shutil.copytree(ROOT / part, tmp_path / part)
+    policies = tmp_path / "deploy" / "policies"
+    (policies / "stale.yaml").write_text("gone after sync\n")
+    (tmp_path / "policies" / "new-policy.yaml").write_text("kind: TrainingPolicy\n")
+    script = tmp_path / "deploy" / "sync-policies.sh"
+    subprocess.run(["sh", str(script)], check=True, timeout=60)
+    assert not (policies / "stale.yaml").exists()
+    assert policy_drift(tmp_path) == []
+    before = {p.name: p.read_bytes() for p in policies.iterdir()}
+    subprocess.run(["sh", str(script)], check=True, timeout=60)
+    assert {p.name: p.read_bytes() for p in policies.iterdir()} == before
+
+
+def test_policies_config_map_holds_every_policy(rendered: list[Obj]) -> None:
+    data = one(rendered, "ConfigMap", "trainguard-policies")["data"]
+    assert sorted(data) == policy_files(ROOT / "policies")
+    for name, text in data.items():
+        assert text == (ROOT / "policies" / name).read_text()
+
+
+def test_config_map_holds_a_valid_platform_config(rendered: list[Obj]) -> None:
+    data = one(rendered, "ConfigMap", "trainguard-config")["data"]
+    assert sorted(data) == ["config.yaml"]
+    assert load_config(DEPLOY / "config.yaml").raw == load_config().raw  # as shipped: the defaults
+
+
+def test_image_tag_is_the_package_version() -> None:
+    kustomization = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    assert kustomization["images"] == [{"name": "trainguard", "newName": "trainguard", "newTag": __version__}]
+
+
+# --- the image -----------------------------------------------------------------------------------
+
+
+def instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of a Containerfile, continuation lines joined, comments dropped."""
+    joined = path.read_text().replace("\\\n", " ")
+    lines = [
+        line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
+    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1]) for line in lines]
+
+
+CHECKS: list[Any] = [
+    pytest.param(
+        lambda i: [a for k, a in i if k == "FROM"] == ["python:3.11-slim AS build", "python:3.11-slim"],
+        id="base",
+    ),
+    pytest.param(lambda i: [a for k, a in i if k == "USER"] == ["65532:65532"], id="non-root"),
+    pytest.param(
+        lambda i: i[-2:] == [("ENTRYPOINT", '["trainguard"]'), ("CMD", '["--help"]')], id="entrypoint"
+    ),
+    pytest.param(
+        lambda i: any(k == "RUN" and "pip install" in a and ".whl" in a for k, a in i), id="installs-wheel"
+    ),
+    pytest.param(lambda i: ("EXPOSE", "8443") in i, id="port"),
+]
+
+
+@pytest.mark.parametrize("check", CHECKS)
+def test_containerfile(check: Callable[[list[tuple[str, str]]], bool]) -> None:
+    assert check(instructions(DEPLOY / "Containerfile"))
+
+
+def test_user_comes_after_the_last_install() -> None:
+    steps = instructions(DEPLOY / "Containerfile")
+    last_run = max(i for i, (k, _) in enumerate(steps) if k == "RUN")
+    assert [k for k, _ in steps[last_run:]].index("USER") > 0
