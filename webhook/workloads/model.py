@@ -179,7 +179,7 @@ class Workload:
         `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template." or "" for a Pod) and each
         torchrun entry's container field path.
         """
-        out = _to_view(self)
+        out: dict[str, Any] = _to_view(self)
         out["member"] = self.member
         for group, gv in zip(self.groups, out["groups"], strict=True):
             gv["fieldPrefix"] = field_path(group.template_pointer) + "." if group.template_pointer else ""

@@ -1,0 +1,150 @@
+"""Cross-kind decisions: class, role, tier; and `finish()`, which turns a Draft into a Workload.
+
+- Class: C when the workload declares an elastic range (min < max); else B when more than one pod
+  runs the job; else A. An adapter may decide the class itself (bare and member pods).
+- Role: the `trainguard.dev/role` label, else what the adapter found, else the kind's default.
+- Tier: the `trainguard.dev/tier` label; else the platform's mapping of the priority class (or the
+  Kueue WorkloadPriorityClass); else C is preemptible and A/B guaranteed. An invalid label keeps
+  `tier_source: label-invalid` so that a policy can say so.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from webhook.config import PlatformConfig
+from webhook.kinds import Role
+from webhook.workloads.common import (
+    KUEUE_PRIORITY_LABEL,
+    ROLE_LABEL,
+    TIER_LABEL,
+    VALID_ROLES,
+    VALID_TIERS,
+    Draft,
+    at,
+    best_effort,
+    parse_checkpoint,
+    pointer_to_path,
+    pool_targets,
+)
+from webhook.workloads.model import (
+    ElasticRange,
+    Gang,
+    PodGroup,
+    Tier,
+    Topology,
+    Workload,
+    WorkloadClass,
+)
+
+
+def class_of(pods: int, elastic: ElasticRange | None, forced: bool = False) -> WorkloadClass:
+    if elastic is not None and (forced or elastic.min < elastic.max):
+        return "C"
+    return "B" if pods > 1 else "A"
+
+
+def tier_of(
+    labels: dict[str, str], klass: WorkloadClass, priority_class: str | None, config: PlatformConfig
+) -> tuple[Tier, str]:
+    declared = labels.get(TIER_LABEL)
+    if declared in VALID_TIERS:
+        return cast(Tier, declared), "label"
+    tier = config.tier_for_priority_class(priority_class)
+    if tier not in VALID_TIERS:
+        tier = _tier_for_kueue_class(labels.get(KUEUE_PRIORITY_LABEL), config)
+    if tier in VALID_TIERS:
+        source = "priority-class"
+    else:
+        tier, source = ("preemptible" if klass == "C" else "guaranteed"), "default"
+    if declared is not None:
+        source = "label-invalid"
+    return cast(Tier, tier), source
+
+
+def _tier_for_kueue_class(name: str | None, config: PlatformConfig) -> str | None:
+    if not name:
+        return None
+    tier = config.tier_for_priority_class(name)
+    if tier is not None:
+        return tier
+    assigned = config.raw.get("tiers", {}).get("kueuePriorityClass") or {}
+    for t, wpc in assigned.items():
+        if wpc == name:
+            return str(t)
+    return None
+
+
+def role_of(d: Draft) -> Role:
+    declared = d.labels.get(ROLE_LABEL)
+    if declared in VALID_ROLES:
+        return cast(Role, declared)
+    return d.role or d.info.role
+
+
+def torchrun_elastic(groups: list[PodGroup]) -> ElasticRange | None:
+    """The first torchrun `--nnodes MIN:MAX` with MIN < MAX among the workload's containers."""
+    for g in groups:
+        for c in g.containers:
+            t = c.torchrun
+            lo, hi = (t.nnodes_min, t.nnodes_max) if t is not None else (None, None)
+            if lo is not None and hi is not None and lo < hi:
+                return ElasticRange(lo, hi, pointer_to_path(c.pointer))
+    return None
+
+
+def finish(d: Draft) -> Workload:
+    groups = tuple(d.groups)
+    total_pods = d.total_pods
+    if total_pods is None:
+        total_pods = 0
+        for g in groups:
+            total_pods += g.replicas
+    total_gpus = d.total_gpus
+    if total_gpus is None:
+        total_gpus = 0
+        for g in groups:
+            total_gpus += g.replicas * g.gpus_per_pod
+    elastic = d.elastic
+    if elastic is None and not d.elastic_declared:
+        elastic = torchrun_elastic(d.groups)
+    klass = d.klass or class_of(
+        d.class_pods if d.class_pods is not None else total_pods, elastic, d.elastic_forced
+    )
+    priority_class = d.priority_class
+    if priority_class is None:
+        for g in groups:
+            if g.priority_class_name:
+                priority_class = g.priority_class_name
+                break
+    tier, tier_source = tier_of(d.labels, klass, priority_class, d.ctx.config)
+    suspend_path = d.info.suspend_path
+    suspended = None
+    if suspend_path is not None:
+        suspended = at(d.obj, suspend_path) is True
+    return Workload(
+        api_version=d.obj.get("apiVersion") or "",
+        kind=d.obj.get("kind") or "",
+        namespace=d.namespace,
+        name=d.name,
+        role=role_of(d),
+        klass=klass,
+        tier=tier,
+        tier_source=tier_source,
+        groups=groups,
+        total_pods=total_pods,
+        total_gpus=total_gpus,
+        gang=Gang(tuple(d.mechanisms), d.min_available, d.min_field, d.queue_name),
+        elastic=elastic,
+        checkpoint=parse_checkpoint(d.annotations),
+        topology=Topology(tuple(d.constraints), best_effort(d.labels, d.annotations)),
+        restarts=d.restarts,
+        labels=d.labels,
+        annotations=d.annotations,
+        pool_targets=pool_targets(d),
+        suspend_path=suspend_path,
+        suspended=suspended,
+        priority_class=priority_class,
+        owner=d.owner,
+        kueue_managed=d.kueue_managed,
+    )

@@ -1,0 +1,139 @@
+"""TrainJob (trainer.kubeflow.org/v1alpha1) and the (Cluster)TrainingRuntime it references.
+
+The pod templates of a TrainJob live in its runtime, not in the TrainJob: the runtime's
+replicatedJobs become pod groups with `patchable=False` and `template_pointer=""`, and fields found
+there are reported as `<Kind>/<name>:<path in the runtime>`. The TrainJob's own `spec.trainer`
+overrides the runtime's `node` container (command, args, env, resourcesPerNode); that container's
+pointer is `/spec/trainer`, the one place a mutation can change it on the TrainJob. When the
+runtime is not known, one `node` group stands for the trainer pods.
+
+Pods: the `node` replicatedJob runs numNodes pods (`spec.trainer.numNodes`, else the runtime's
+`mlPolicy.numNodes`, else 1; one fewer when an MPI launcher runs as a node); every other
+replicatedJob (initializers, launcher) runs replicas × parallelism. The class follows numNodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.workloads.common import (
+    Draft,
+    count,
+    job_pods,
+    mapping,
+    optional_count,
+    sequence,
+    text,
+    volcano_network_topology,
+)
+from webhook.workloads.model import ElasticRange, Restarts
+from webhook.workloads.podtemplate import read_template
+
+ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
+TRAINER_NODE = "node"  # the trainer replicatedJob and container name in Trainer v2 runtimes
+
+
+def adapt(d: Draft) -> None:
+    trainer = mapping(d.spec.get("trainer"), "spec.trainer")
+    ref = mapping(d.spec.get("runtimeRef"), "spec.runtimeRef")
+    kind = text(ref.get("kind")) or "ClusterTrainingRuntime"
+    name = text(ref.get("name")) or ""
+    source = f"{kind}/{name}"
+    runtime = _runtime(d, kind, name)
+    rspec = mapping(runtime.get("spec"), f"{source}:spec") if runtime else {}
+    ml = mapping(rspec.get("mlPolicy"), f"{source}:spec.mlPolicy")
+
+    nodes = optional_count(trainer.get("numNodes"), "spec.trainer.numNodes")
+    if nodes is None:
+        nodes = count(ml.get("numNodes"), f"{source}:spec.mlPolicy.numNodes", 1)
+    d.class_pods = nodes
+
+    template = mapping(rspec.get("template"), f"{source}:spec.template")
+    jobs = sequence(
+        mapping(template.get("spec"), f"{source}:spec.template.spec").get("replicatedJobs"),
+        f"{source}:spec.template.spec.replicatedJobs",
+    )
+    if jobs:
+        _runtime_groups(d, jobs, trainer, nodes, ml, source)
+    else:
+        # Runtime unknown (or without replicatedJobs): the trainer pods as the TrainJob states them.
+        stand_in = {"spec": {"containers": [{"name": TRAINER_NODE}]}}
+        read_template(d, stand_in, "", TRAINER_NODE, nodes, patchable=False, source=source, trainer=trainer)
+
+    pgp = mapping(rspec.get("podGroupPolicy"), f"{source}:spec.podGroupPolicy")
+    if pgp:
+        d.gang("runtime-podgroup")
+        volcano = mapping(pgp.get("volcano"), f"{source}:spec.podGroupPolicy.volcano")
+        if volcano.get("networkTopology"):
+            volcano_network_topology(
+                d, volcano["networkTopology"], f"{source}:spec.podGroupPolicy.volcano.networkTopology"
+            )
+    _legacy_elastic(d, ml, source)
+    if d.restarts.bound is None:
+        fp = mapping(
+            mapping(template.get("spec"), f"{source}:spec.template.spec").get("failurePolicy"),
+            f"{source}:spec.template.spec.failurePolicy",
+        )
+        where = f"{source}:spec.template.spec.failurePolicy.maxRestarts"
+        limit = optional_count(fp.get("maxRestarts"), where)
+        if limit is not None:
+            d.restarts = Restarts(limit, where)
+
+
+def _runtime(d: Draft, kind: str, name: str) -> dict[str, Any] | None:
+    if not name:
+        return None
+    key = (d.namespace or "default", name) if kind == "TrainingRuntime" else (None, name)
+    runtime = d.ctx.runtimes.get(key)
+    return runtime if isinstance(runtime, dict) else None
+
+
+def _runtime_groups(
+    d: Draft, jobs: list[Any], trainer: dict[str, Any], nodes: int, ml: dict[str, Any], source: str
+) -> None:
+    mpi = mapping(ml.get("mpi"), f"{source}:spec.mlPolicy.mpi")
+    launcher_is_node = mpi.get("runLauncherAsNode") is True and any(
+        isinstance(j, dict) and j.get("name") == "launcher" for j in jobs
+    )
+    for i, raw in enumerate(jobs):
+        where = f"{source}:spec.template.spec.replicatedJobs[{i}]"
+        rj = mapping(raw, where)
+        name = text(rj.get("name")) or f"job-{i}"
+        job = mapping(rj.get("template"), f"{where}.template")
+        job_labels = mapping(mapping(job.get("metadata"), f"{where}.template.metadata").get("labels"), where)
+        job_spec = mapping(job.get("spec"), f"{where}.template.spec")
+        if name == TRAINER_NODE:
+            pods = nodes - 1 if launcher_is_node and nodes > 0 else nodes
+        else:
+            pods = count(rj.get("replicas"), f"{where}.replicas", 1) * job_pods(
+                job_spec, f"{where}.template.spec"
+            )
+        is_trainer = name == TRAINER_NODE or job_labels.get(ANCESTOR_STEP) == "trainer"
+        read_template(
+            d,
+            job_spec.get("template"),
+            "",
+            name,
+            pods,
+            patchable=False,
+            source=source,
+            source_pointer=f"/spec/template/spec/replicatedJobs/{i}/template/spec/template",
+            trainer=trainer if is_trainer else None,
+        )
+
+
+def _legacy_elastic(d: Draft, ml: dict[str, Any], source: str) -> None:
+    """Trainer v2.0/v2.1 runtimes: `mlPolicy.torch.elasticPolicy{minNodes, maxNodes, maxRestarts}`."""
+    torch = mapping(ml.get("torch"), f"{source}:spec.mlPolicy.torch")
+    if not torch.get("elasticPolicy"):
+        return
+    where = f"{source}:spec.mlPolicy.torch.elasticPolicy"
+    ep = mapping(torch["elasticPolicy"], where)
+    d.elastic_declared = True
+    lo = optional_count(ep.get("minNodes"), f"{where}.minNodes")
+    hi = optional_count(ep.get("maxNodes"), f"{where}.maxNodes")
+    if lo is not None and hi is not None and lo < hi:
+        d.elastic = ElasticRange(lo, hi, f"{where}.minNodes")
+    limit = optional_count(ep.get("maxRestarts"), f"{where}.maxRestarts")
+    if limit is not None:
+        d.restarts = Restarts(limit, f"{where}.maxRestarts")
