@@ -106,7 +106,8 @@ def build_response(uid: str, decision: Decision, *, mutating: bool) -> dict[str,
         response["warnings"] = [f"{f.policy}: {f.message}"[:_WARNING_LIMIT] for f in decision.warnings]
     if mutating and decision.patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode("ascii")
+        # Sorted keys: the same decision always encodes to the same bytes (CEL maps have no order).
+        response["patch"] = base64.b64encode(orjson.dumps(decision.patch, option=orjson.OPT_SORT_KEYS)).decode("ascii")
     audits: dict[str, str] = {}
     for f in decision.audits:
         key = f"{f.policy}"

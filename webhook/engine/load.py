@@ -55,7 +55,17 @@ def policy_files(paths: Iterable[str | Path]) -> list[Path]:
     for p in paths:
         path = Path(p)
         if path.is_dir():
-            files.extend(sorted(c for c in path.rglob("*") if c.is_file() and c.suffix in POLICY_SUFFIXES))
+            # A ConfigMap volume holds each file twice: as a link at the top and inside the hidden
+            # `..<timestamp>` directory that `..data` points at. Hidden entries are never policies.
+            files.extend(
+                sorted(
+                    c
+                    for c in path.rglob("*")
+                    if c.is_file()
+                    and c.suffix in POLICY_SUFFIXES
+                    and not any(part.startswith(".") for part in c.relative_to(path).parts)
+                )
+            )
         elif path.is_file():
             files.append(path)
         else:
@@ -257,7 +267,9 @@ def load_policies(paths: Iterable[str | Path]) -> tuple[list[Policy], str]:
     policies: list[Policy] = []
     seen: dict[str, str] = {}
     for path in policy_files(paths):
-        digest.update(str(path).encode())
+        # The digest is of names and contents, not absolute paths: the same set mounted
+        # elsewhere (or re-linked by a ConfigMap update) is the same set.
+        digest.update(path.name.encode())
         digest.update(path.read_bytes())
         for policy in load_policy_file(path):
             if policy.name in seen:

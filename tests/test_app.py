@@ -1,0 +1,366 @@
+"""The HTTP layer: 4xx for calls that are not AdmissionReviews, 200 with a decision for everything else."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import io
+import logging
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+from starlette.exceptions import StarletteDeprecationWarning
+
+with warnings.catch_warnings():
+    # Starlette 1.x prefers httpx2 for its TestClient and warns when it falls back to httpx, which
+    # serves these tests the same.
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from starlette.testclient import TestClient
+
+from webhook import logs
+from webhook.app import ServerState, create_app
+from webhook.config import load_config
+from webhook.engine.compile import PolicySet, load_policy_set
+from webhook.engine.load import default_policies_dir
+from webhook.engine.model import Decision
+from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.metrics import Metrics
+
+UID = "b1f4c5de-0000-4000-8000-000000000001"
+JSON = {"content-type": "application/json"}
+
+
+def pytorchjob(*, queue: bool = True, replicas: Any = 3) -> dict[str, Any]:
+    pod = {
+        "containers": [
+            {
+                "name": "pytorch",
+                "image": "registry.example/train:1",
+                "resources": {"limits": {"nvidia.com/gpu": 8}},
+                "env": [{"name": "HF_TOKEN", "value": "hf_secret_value_never_logged"}],
+            }
+        ]
+    }
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": "train",
+            "namespace": "research",
+            "labels": {"kueue.x-k8s.io/queue-name": "research"} if queue else {},
+            # /validate sees the object after /mutate; without mutation, topology-slo would deny.
+            "annotations": {"trainguard.dev/topology-slo": "best-effort"},
+        },
+        "spec": {
+            "pytorchReplicaSpecs": {
+                "Master": {"replicas": 1, "template": {"spec": copy.deepcopy(pod)}},
+                "Worker": {"replicas": replicas, "template": {"spec": copy.deepcopy(pod)}},
+            }
+        },
+    }
+
+
+def admission_review(obj: Any, **request: Any) -> dict[str, Any]:
+    body = {
+        "uid": UID,
+        "kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
+        "namespace": "research",
+        "name": "train",
+        "operation": "CREATE",
+        "userInfo": {"username": "alice"},
+        "object": obj,
+        **request,
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body}
+
+
+@pytest.fixture(scope="module")
+def policies() -> PolicySet:
+    # Compiling the shipped policies takes a fraction of a second: once per module.
+    return load_policy_set([default_policies_dir()])
+
+
+@pytest.fixture
+def state(policies: PolicySet) -> ServerState:
+    s = ServerState(metrics=Metrics(sample_every=1))
+    s.install(Engine(policies, load_config()))
+    return s
+
+
+@pytest.fixture
+def client(state: ServerState) -> Iterator[TestClient]:
+    with TestClient(create_app(state)) as c:
+        yield c
+
+
+def post(client: TestClient, path: str, review: Any, **kwargs: Any) -> Any:
+    return client.post(path, content=orjson.dumps(review), headers=JSON, **kwargs)
+
+
+# -- calls that are not AdmissionReviews: 4xx with {"error": …} -------------------------------------
+
+BAD_CALLS = [
+    pytest.param(JSON, b"{not json", "malformed JSON", id="malformed-json"),
+    pytest.param(JSON, b"", "malformed JSON", id="empty-body"),
+    pytest.param(
+        JSON,
+        orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}),
+        "field request",
+        id="no-request",
+    ),
+    pytest.param(
+        JSON,
+        orjson.dumps({**admission_review(pytorchjob()), "kind": "ConversionReview"}),
+        "field apiVersion",
+        id="wrong-kind",
+    ),
+    pytest.param(
+        JSON,
+        orjson.dumps(admission_review(["not", "a", "mapping"])),
+        "field request.object",
+        id="object-list",
+    ),
+    pytest.param(
+        JSON, orjson.dumps(admission_review(pytorchjob(), uid=None)), "field request.uid", id="no-uid"
+    ),
+    pytest.param(
+        {"content-type": "text/plain"},
+        orjson.dumps(admission_review(pytorchjob())),
+        "Content-Type",
+        id="text-plain",
+    ),
+    pytest.param(
+        {"content-type": "application/yaml"},
+        orjson.dumps(admission_review(pytorchjob())),
+        "Content-Type",
+        id="yaml",
+    ),
+    pytest.param({}, orjson.dumps(admission_review(pytorchjob())), "Content-Type", id="no-content-type"),
+]
+
+
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+@pytest.mark.parametrize(("headers", "body", "names"), BAD_CALLS)
+def test_bad_call_is_400_with_a_json_error_naming_the_problem(
+    client: TestClient, path: str, headers: dict[str, str], body: bytes, names: str
+) -> None:
+    response = client.post(path, content=body, headers=headers)
+    assert response.status_code == 400
+    assert response.headers["content-type"] == "application/json"
+    assert names in response.json()["error"]
+
+
+def test_content_type_parameters_are_accepted(client: TestClient) -> None:
+    review = orjson.dumps(admission_review(pytorchjob()))
+    response = client.post(
+        "/validate", content=review, headers={"content-type": "application/json; charset=utf-8"}
+    )
+    assert response.status_code == 200
+
+
+def test_body_over_the_limit_is_413_before_it_is_read(client: TestClient, state: ServerState) -> None:
+    state.max_body_bytes = 1024
+    response = client.post("/validate", content=b"{" + b" " * 4096 + b"}", headers=JSON)
+    assert response.status_code == 413
+    assert "1024 bytes" in response.json()["error"]
+    assert response.headers["connection"] == "close"
+
+
+def test_streamed_body_over_the_limit_is_413(client: TestClient, state: ServerState) -> None:
+    state.max_body_bytes = 1024
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer encoding
+        for _ in range(64):
+            yield b" " * 512
+
+    response = client.post("/mutate", content=chunks(), headers=JSON)
+    assert response.status_code == 413
+    assert response.json() == {"error": "request body exceeds the limit of 1024 bytes"}
+
+
+def test_body_at_the_limit_is_read(client: TestClient, state: ServerState) -> None:
+    body = orjson.dumps(admission_review(pytorchjob()))
+    state.max_body_bytes = len(body)
+    assert client.post("/validate", content=body, headers=JSON).status_code == 200
+
+
+def test_get_on_an_admission_endpoint_is_405(client: TestClient) -> None:
+    assert client.get("/validate").status_code == 405
+
+
+# -- decisions: always 200 with an AdmissionReview --------------------------------------------------
+
+
+def test_validate_denies_naming_policy_and_field(client: TestClient) -> None:
+    response = post(client, "/validate", admission_review(pytorchjob(queue=False)))
+    assert response.status_code == 200
+    out = response.json()["response"]
+    assert out["uid"] == UID and out["allowed"] is False
+    assert out["status"]["code"] == 403
+    assert "gang-required" in out["status"]["message"] and "metadata.labels" in out["status"]["message"]
+    assert "patch" not in out
+
+
+def test_validate_allows(client: TestClient) -> None:
+    out = post(client, "/validate", admission_review(pytorchjob())).json()["response"]
+    assert out == {"uid": UID, "allowed": True}
+
+
+def test_mutate_answers_with_the_patch_and_never_validates(client: TestClient) -> None:
+    out = post(client, "/mutate", admission_review(pytorchjob(queue=False))).json()["response"]
+    assert out["allowed"] is True  # gang-required is a validating policy: /validate decides it
+    ops = orjson.loads(base64.b64decode(out["patch"]))
+    assert {"op": "add", "path": "/metadata/labels/trainguard.dev~1class", "value": "B"} in ops
+
+
+def test_delete_is_allowed(client: TestClient) -> None:
+    review = admission_review(None, operation="DELETE", oldObject=pytorchjob(queue=False))
+    for path in ("/validate", "/mutate"):
+        assert post(client, path, review).json()["response"] == {"uid": UID, "allowed": True}
+
+
+class BrokenEngine(Engine):
+    def review(self, inp: AdmissionInput, **kwargs: Any) -> Decision:
+        raise RuntimeError("boom")
+
+
+def test_engine_exception_denies_on_validate_and_is_counted(client: TestClient, state: ServerState) -> None:
+    assert state.engine is not None
+    state.install(BrokenEngine(state.engine.policies, state.engine.config))
+    response = post(client, "/validate", admission_review(pytorchjob()))
+    assert response.status_code == 200
+    out = response.json()["response"]
+    assert out["allowed"] is False
+    assert "internal error" in out["status"]["message"] and "RuntimeError: boom" in out["status"]["message"]
+    metrics = client.get("/metrics").text
+    assert 'trainguard_engine_errors_total{endpoint="validate"} 1.0' in metrics
+    assert 'decision="error",endpoint="validate"' in metrics
+
+
+def test_engine_exception_allows_without_patch_on_mutate(client: TestClient, state: ServerState) -> None:
+    assert state.engine is not None
+    state.install(BrokenEngine(state.engine.policies, state.engine.config))
+    out = post(client, "/mutate", admission_review(pytorchjob())).json()["response"]
+    assert out["allowed"] is True
+    assert "patch" not in out
+    assert "admitted without changes" in out["warnings"][0]
+
+
+def test_unreadable_object_is_denied_naming_the_field(client: TestClient) -> None:
+    review = admission_review(pytorchjob(replicas="three"))
+    out = post(client, "/validate", review).json()["response"]
+    assert out["allowed"] is False
+    assert "spec.pytorchReplicaSpecs.Worker.replicas" in out["status"]["message"]
+    mutated = post(client, "/mutate", review).json()["response"]
+    assert mutated["allowed"] is True and "patch" not in mutated
+    assert "spec.pytorchReplicaSpecs.Worker.replicas" in mutated["warnings"][0]
+    assert "trainguard_engine_errors_total{" not in client.get("/metrics").text
+
+
+# -- probes and metrics -----------------------------------------------------------------------------
+
+
+def test_readyz_only_once_policies_are_loaded_and_until_shutdown(policies: PolicySet) -> None:
+    state = ServerState()
+    with TestClient(create_app(state)) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/readyz").status_code == 503
+        assert client.get("/readyz").json()["reason"] == "no policy set loaded"
+        assert post(client, "/validate", admission_review(pytorchjob())).status_code == 503
+
+        state.install(Engine(policies, load_config()))
+        assert client.get("/readyz").status_code == 200
+        assert post(client, "/validate", admission_review(pytorchjob())).status_code == 200
+
+        state.begin_shutdown()
+        assert client.get("/readyz").status_code == 503
+        assert client.get("/healthz").status_code == 200
+        draining = post(client, "/validate", admission_review(pytorchjob()))
+        assert draining.status_code == 200  # still deciding while endpoints catch up
+        assert draining.headers["connection"] == "close"
+
+
+def test_metrics_count_requests_by_endpoint_operation_kind_and_decision(client: TestClient) -> None:
+    post(client, "/validate", admission_review(pytorchjob(queue=False)))
+    post(client, "/validate", admission_review(pytorchjob()))
+    post(client, "/mutate", admission_review(pytorchjob()))
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}
+    post(client, "/mutate", admission_review(service, kind={"group": "", "version": "v1", "kind": "Service"}))
+    client.post("/validate", content=b"nope", headers=JSON)
+    response = client.get("/metrics")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/plain")
+    text = response.text
+    requests = "trainguard_admission_requests_total"
+    for line in (
+        f'{requests}{{decision="denied",endpoint="validate",kind="PyTorchJob",operation="CREATE"}} 1.0',
+        f'{requests}{{decision="allowed",endpoint="validate",kind="PyTorchJob",operation="CREATE"}} 1.0',
+        f'{requests}{{decision="allowed",endpoint="mutate",kind="PyTorchJob",operation="CREATE"}} 1.0',
+        f'{requests}{{decision="skipped",endpoint="mutate",kind="other",operation="CREATE"}} 1.0',
+        'trainguard_admission_rejected_requests_total{endpoint="validate",reason="malformed"} 1.0',
+        'trainguard_admission_duration_seconds_count{endpoint="validate"} 3.0',
+        "trainguard_policy_set_policies 14.0",
+        "trainguard_ready 1.0",
+    ):
+        assert line in text, line
+    assert 'trainguard_policy_evaluation_seconds_count{policy="gang-required"}' in text
+
+
+def test_policy_timings_are_sampled_one_in_n(policies: PolicySet) -> None:
+    state = ServerState(metrics=Metrics(sample_every=4))
+    state.install(Engine(policies, load_config()))
+    with TestClient(create_app(state)) as client:
+        for _ in range(8):
+            post(client, "/validate", admission_review(pytorchjob()))
+        text = client.get("/metrics").text
+    assert 'trainguard_policy_evaluation_seconds_count{policy="gang-required"} 2.0' in text
+
+
+# -- logs -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def log_lines(state: ServerState) -> Iterator[io.StringIO]:
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logs.JsonFormatter())
+    state.logger = logging.getLogger("test.trainguard.admission")
+    state.logger.addHandler(handler)
+    state.logger.setLevel(logging.DEBUG)
+    state.logger.propagate = False
+    yield out
+    state.logger.removeHandler(handler)
+
+
+def records(out: io.StringIO) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_denial_logs_at_info_with_names_and_never_values(client: TestClient, log_lines: io.StringIO) -> None:
+    post(client, "/validate", admission_review(pytorchjob(queue=False)))
+    post(client, "/mutate", admission_review(pytorchjob(queue=False)))
+    denial, mutation = records(log_lines)
+    assert denial["level"] == "info"
+    assert denial["denied_by"] == ["gang-required"]
+    assert (denial["uid"], denial["operation"], denial["kind"]) == (UID, "CREATE", "PyTorchJob")
+    assert (denial["namespace"], denial["object_name"], denial["decision"]) == ("research", "train", "denied")
+    assert denial["duration_ms"] >= 0
+    assert mutation["level"] == "debug"  # a plain allow, even with a patch
+    assert "/metadata/labels/trainguard.dev~1class" in mutation["patched"]
+    assert "hf_secret_value_never_logged" not in log_lines.getvalue()
+
+
+def test_engine_error_logs_where_not_what(
+    client: TestClient, state: ServerState, log_lines: io.StringIO
+) -> None:
+    assert state.engine is not None
+    state.install(BrokenEngine(state.engine.policies, state.engine.config))
+    post(client, "/validate", admission_review(pytorchjob()))
+    (record,) = records(log_lines)
+    assert record["level"] == "error"
+    assert record["error"] == "RuntimeError"
+    assert any("test_app.py" in frame for frame in record["error_at"])
+    assert "boom" not in log_lines.getvalue()

@@ -1,0 +1,302 @@
+"""The AdmissionReview v1 codec: requests parse or fail naming the field; responses say it all."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from typing import Any
+
+import jsonpatch
+import orjson
+import pytest
+
+from webhook import review
+from webhook.config import load_config
+from webhook.engine.compile import load_policy_set
+from webhook.engine.load import default_policies_dir
+from webhook.engine.model import Decision, Finding, PolicyResult
+from webhook.engine.pipeline import Engine
+from webhook.review import ReviewError, build_response, parse_request
+
+UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
+CHECKPOINT = {
+    "trainguard.dev/checkpoint-interval": "30m",
+    "trainguard.dev/checkpoint-uri": "s3://bucket/run",
+    "trainguard.dev/checkpoint-owner": "team-llm",
+}
+
+
+def pytorchjob(
+    workers: int = 3,
+    *,
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    elastic: dict[str, int] | None = None,
+    grace: int | None = None,
+) -> dict[str, Any]:
+    pod: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "pytorch",
+                "image": "registry.example/train:1",
+                "resources": {"limits": {"nvidia.com/gpu": 8}},
+                "env": [{"name": "HF_TOKEN", "value": "not-for-logs"}],
+            }
+        ]
+    }
+    if grace is not None:
+        pod["terminationGracePeriodSeconds"] = grace
+    spec: dict[str, Any] = {
+        "pytorchReplicaSpecs": {
+            "Master": {"replicas": 1, "template": {"spec": copy.deepcopy(pod)}},
+            "Worker": {"replicas": workers, "template": {"spec": copy.deepcopy(pod)}},
+        }
+    }
+    if elastic is not None:
+        spec["elasticPolicy"] = elastic
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {
+            "name": "train",
+            "namespace": "research",
+            "labels": labels or {},
+            "annotations": annotations or {},
+        },
+        "spec": spec,
+    }
+
+
+GANG_MISSING = pytorchjob()
+QUEUED = pytorchjob(labels={"kueue.x-k8s.io/queue-name": "research"})
+ELASTIC_WITHOUT_RESTART_BOUND = pytorchjob(
+    labels={"kueue.x-k8s.io/queue-name": "research"},
+    annotations=CHECKPOINT,
+    elastic={"minReplicas": 2, "maxReplicas": 4},
+    grace=120,
+)
+
+
+def admission_review(obj: Any = None, **request: Any) -> dict[str, Any]:
+    """A complete AdmissionReview as the API server sends it; keyword arguments override request fields."""
+    body: dict[str, Any] = {
+        "uid": UID,
+        "kind": {"group": "kubeflow.org", "version": "v1", "kind": "PyTorchJob"},
+        "resource": {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"},
+        "namespace": "research",
+        "name": "train",
+        "operation": "CREATE",
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": obj,
+        "oldObject": None,
+        "dryRun": False,
+    }
+    body.update(request)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": body}
+
+
+def encode(value: Any) -> bytes:
+    return orjson.dumps(value)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Engine:
+    # Compiling the shipped policies takes a fraction of a second: once per module.
+    return Engine(load_policy_set([default_policies_dir()]), load_config())
+
+
+def decide(engine: Engine, obj: Any, **request: Any) -> tuple[review.ParsedReview, Decision]:
+    parsed = parse_request(encode(admission_review(obj, **request)))
+    return parsed, engine.review(parsed.admission)
+
+
+def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
+    assert response["patchType"] == "JSONPatch"
+    patch: list[dict[str, Any]] = orjson.loads(base64.b64decode(response["patch"]))
+    return patch
+
+
+# -- parse_request --------------------------------------------------------------------------------
+
+
+def test_parse_reads_the_request_fields() -> None:
+    parsed = parse_request(encode(admission_review(QUEUED, dryRun=True)))
+    assert (parsed.uid, parsed.operation, parsed.kind) == (UID, "CREATE", "PyTorchJob")
+    assert (parsed.namespace, parsed.name, parsed.dry_run) == ("research", "train", True)
+    assert parsed.admission.object is not None and parsed.admission.object["kind"] == "PyTorchJob"
+    assert parsed.admission.user_info["username"] == "alice"
+    assert parsed.admission.dry_run is True
+
+
+def test_parse_takes_the_kind_from_the_object_when_the_request_has_none() -> None:
+    parsed = parse_request(encode(admission_review(QUEUED, kind=None)))
+    assert parsed.kind == "PyTorchJob"
+
+
+MALFORMED = [
+    pytest.param(b"", None, id="empty-body"),
+    pytest.param(b"{not json", None, id="not-json"),
+    pytest.param(b"[1, 2]", None, id="json-array"),
+    pytest.param(b'"AdmissionReview"', None, id="json-string"),
+    pytest.param(
+        encode({**admission_review(QUEUED), "apiVersion": "admission.k8s.io/v1beta1"}),
+        "apiVersion",
+        id="v1beta1",
+    ),
+    pytest.param(
+        encode({**admission_review(QUEUED), "kind": "ConversionReview"}), "apiVersion", id="wrong-kind"
+    ),
+    pytest.param(
+        encode({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}), "request", id="no-request"
+    ),
+    pytest.param(
+        encode({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": []}),
+        "request",
+        id="request-not-a-mapping",
+    ),
+    pytest.param(encode(admission_review(QUEUED, uid=None)), "request.uid", id="no-uid"),
+    pytest.param(encode(admission_review(QUEUED, uid="")), "request.uid", id="empty-uid"),
+    pytest.param(encode(admission_review(QUEUED, uid=42)), "request.uid", id="uid-not-a-string"),
+    pytest.param(
+        encode(admission_review(QUEUED, operation="PATCH")), "request.operation", id="unknown-operation"
+    ),
+    pytest.param(encode(admission_review(QUEUED, operation=None)), "request.operation", id="no-operation"),
+    pytest.param(encode(admission_review(None)), "request.object", id="create-without-object"),
+    pytest.param(encode(admission_review([QUEUED])), "request.object", id="object-is-a-list"),
+    pytest.param(encode(admission_review("PyTorchJob")), "request.object", id="object-is-a-string"),
+    pytest.param(
+        encode(admission_review(QUEUED, operation="UPDATE", oldObject=[1])),
+        "request.oldObject",
+        id="old-object-is-a-list",
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), MALFORMED)
+def test_malformed_review_is_a_review_error_naming_the_field(body: bytes, field: str | None) -> None:
+    with pytest.raises(ReviewError) as caught:
+        parse_request(body)
+    assert caught.value.field == field
+    described = caught.value.describe()
+    assert described.startswith("AdmissionReview")
+    if field is not None:
+        assert f"field {field}" in described
+
+
+# -- build_response -------------------------------------------------------------------------------
+
+
+def test_response_echoes_the_uid_and_is_an_admission_review(engine: Engine) -> None:
+    parsed, decision = decide(engine, QUEUED)
+    out = build_response(parsed.uid, decision, mutating=False)
+    assert out["apiVersion"] == "admission.k8s.io/v1"
+    assert out["kind"] == "AdmissionReview"
+    assert out["response"]["uid"] == UID
+
+
+def test_allowed_response_has_no_status(engine: Engine) -> None:
+    parsed, decision = decide(engine, QUEUED)
+    response = build_response(parsed.uid, decision, mutating=False)["response"]
+    assert response["allowed"] is True
+    assert "status" not in response
+
+
+def test_denied_response_has_403_and_a_message_naming_policy_and_field(engine: Engine) -> None:
+    parsed, decision = decide(engine, GANG_MISSING)
+    response = build_response(parsed.uid, decision, mutating=False)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 403
+    assert response["status"]["reason"] == "Forbidden"
+    assert response["status"]["message"].startswith("gang-required: ")
+    assert "(field metadata.labels)" in response["status"]["message"]
+
+
+def test_warnings_name_the_policy(engine: Engine) -> None:
+    parsed, decision = decide(engine, ELASTIC_WITHOUT_RESTART_BOUND)
+    response = build_response(parsed.uid, decision, mutating=False)["response"]
+    assert response["allowed"] is True
+    assert [w.split(": ", 1)[0] for w in response["warnings"]] == ["recovery-policy"]
+
+
+def test_long_warnings_are_cut_to_what_the_api_server_shows() -> None:
+    decision = Decision(True, warnings=[Finding("p", "x" * 5000)])
+    response = build_response(UID, decision, mutating=False)["response"]
+    assert len(response["warnings"][0]) == 1024
+
+
+def test_mutating_response_carries_a_base64_json_patch_that_applies(engine: Engine) -> None:
+    parsed, decision = decide(engine, QUEUED)
+    response = build_response(parsed.uid, decision, mutating=True)["response"]
+    patched = jsonpatch.apply_patch(QUEUED, decoded_patch(response))
+    assert patched["metadata"]["labels"]["trainguard.dev/class"] == "B"
+    assert patched == decision.mutated
+    assert QUEUED["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "research"}  # input untouched
+
+
+def test_validating_response_never_carries_a_patch(engine: Engine) -> None:
+    parsed, decision = decide(engine, QUEUED)
+    assert decision.patch
+    response = build_response(parsed.uid, decision, mutating=False)["response"]
+    assert "patch" not in response and "patchType" not in response
+
+
+def test_empty_patch_is_left_out() -> None:
+    response = build_response(UID, Decision(True), mutating=True)["response"]
+    assert "patch" not in response and "patchType" not in response
+
+
+AUDITS = [
+    pytest.param(
+        Decision(True, audits=[Finding("cost-report", "no team label")]),
+        {"cost-report": "no team label"},
+        id="one-audit",
+    ),
+    pytest.param(
+        Decision(True, audits=[Finding("cost-report", "no team label"), Finding("cost-report", "no budget")]),
+        {"cost-report": "no team label; no budget"},
+        id="two-audits-of-one-policy-joined",
+    ),
+    pytest.param(
+        Decision(
+            True,
+            results=[PolicyResult("gang-required", "exempt", ("no gang",), (), (), "INC-42 until Friday")],
+        ),
+        {"gang-required-exempted": "INC-42 until Friday: no gang"},
+        id="exemption-recorded",
+    ),
+]
+
+
+@pytest.mark.parametrize(("decision", "annotations"), AUDITS)
+def test_audits_and_exemptions_become_audit_annotations(
+    decision: Decision, annotations: dict[str, str]
+) -> None:
+    response = build_response(UID, decision, mutating=False)["response"]
+    assert response["auditAnnotations"] == annotations
+    assert response["allowed"] is True
+
+
+@pytest.mark.parametrize("operation", ["DELETE", "CONNECT"])
+def test_delete_and_connect_are_allowed_without_patch(engine: Engine, operation: str) -> None:
+    parsed, decision = decide(engine, None, operation=operation, oldObject=GANG_MISSING)
+    for mutating in (True, False):
+        response = build_response(parsed.uid, decision, mutating=mutating)["response"]
+        assert response == {"uid": UID, "allowed": True}
+
+
+@pytest.mark.parametrize("obj", [pytest.param(GANG_MISSING, id="denied"), pytest.param(QUEUED, id="allowed")])
+def test_dry_run_gets_the_same_decision(engine: Engine, obj: dict[str, Any]) -> None:
+    wet = decide(engine, obj)[1]
+    dry = decide(engine, obj, dryRun=True)[1]
+    for mutating in (True, False):
+        assert comparable(build_response(UID, dry, mutating=mutating)) == comparable(
+            build_response(UID, wet, mutating=mutating)
+        )
+
+
+def comparable(out: dict[str, Any]) -> dict[str, Any]:
+    """The response with its patch decoded: CEL maps do not promise a key order, so bytes may differ."""
+    response = dict(out["response"])
+    if "patch" in response:
+        response["patch"] = decoded_patch(response)
+    return response

@@ -1,0 +1,172 @@
+"""`trainguard serve`: the admission webhook, a thin shell over `webhook.server.serve(Settings(...))`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from webhook.logs import LEVELS
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "serve",
+        help="run the admission webhook (HTTPS: /validate, /mutate, /healthz, /readyz, /metrics)",
+        description=(
+            "Serve the validating and mutating admission webhook over TLS. Policy files, the config "
+            "and the certificate files are watched and reloaded without a restart; a broken policy "
+            "set is reported and the last good one keeps deciding. On SIGTERM the server turns "
+            "not-ready, keeps answering for --shutdown-delay seconds, then drains. Exit 2 when it "
+            "cannot start (no TLS files, a broken policy set or config)."
+        ),
+    )
+    tls = p.add_argument_group("TLS (required: the webhook serves HTTPS only)")
+    tls.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), e.g. certs/tls.crt")
+    tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM), e.g. certs/tls.key")
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
+    p.add_argument("--port", type=_port, default=8443, help="port to listen on (default: 8443)")
+    p.add_argument(
+        "--policies",
+        action="append",
+        metavar="DIR",
+        help="policy files or directories (repeatable; default: the shipped policies)",
+    )
+    p.add_argument("--config", metavar="FILE", help="PlatformConfig file (default: embedded defaults)")
+    p.add_argument(
+        "--cel",
+        choices=("auto", "cel-expr-python", "cel-python"),
+        default=None,
+        help="CEL runtime (default: cel-expr-python when installed)",
+    )
+    cluster = p.add_argument_group("cluster (optional: caches of PriorityClasses and TrainingRuntimes)")
+    access = cluster.add_mutually_exclusive_group()
+    access.add_argument("--kubeconfig", metavar="FILE", help="cluster credentials from a kubeconfig")
+    access.add_argument(
+        "--in-cluster",
+        "--cluster",
+        dest="in_cluster",
+        action="store_true",
+        help="cluster credentials from the pod's service account",
+    )
+    cluster.add_argument(
+        "--ca-bundle", metavar="FILE", help="CA certificate the API server verifies us with (ca.crt)"
+    )
+    cluster.add_argument(
+        "--self-register",
+        action="store_true",
+        help="create or update the webhook configurations with --ca-bundle at start and when it changes",
+    )
+    cluster.add_argument("--webhook-service", default="trainguard", metavar="NAME", help="our Service's name")
+    cluster.add_argument(
+        "--webhook-namespace",
+        default=os.environ.get("POD_NAMESPACE") or "trainguard-system",
+        metavar="NS",
+        help="our Service's namespace (default: $POD_NAMESPACE, else trainguard-system)",
+    )
+    cluster.add_argument(
+        "--webhook-url",
+        metavar="URL",
+        help="register this URL instead of the Service (webhook outside the cluster)",
+    )
+    p.add_argument(
+        "--reload-interval",
+        type=_positive_float,
+        default=2.0,
+        metavar="S",
+        help="seconds between checks of the policy, config and certificate files (default: 2)",
+    )
+    p.add_argument(
+        "--shutdown-delay",
+        type=_non_negative_float,
+        default=5.0,
+        metavar="S",
+        help="seconds to keep serving after SIGTERM, not ready, before draining (default: 5)",
+    )
+    p.add_argument(
+        "--graceful-timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds in-flight requests get to finish once draining starts (default: 10)",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="largest AdmissionReview accepted, in bytes (default: 3145728, 3 MiB)",
+    )
+    p.add_argument("--log-level", choices=LEVELS, default="info", help="default: info")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Imported here: `trainguard check --help` should not pay for uvicorn and the server.
+    from webhook.server import ServerError, Settings, serve
+
+    missing = [
+        flag for flag, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)) if not value
+    ]
+    if missing:
+        raise ServerError(
+            f"{' and '.join(missing)} required: the webhook serves TLS only "
+            "(create a pair with `trainguard certs --out certs/`)"
+        )
+    limits = {} if args.max_body_bytes is None else {"max_body_bytes": args.max_body_bytes}
+    settings = Settings(
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        host=args.host,
+        port=args.port,
+        policies=tuple(args.policies or ()),
+        config=args.config,
+        cel=None if args.cel in (None, "auto") else args.cel,
+        kubeconfig=args.kubeconfig,
+        in_cluster=args.in_cluster,
+        ca_bundle=args.ca_bundle,
+        self_register=args.self_register,
+        webhook_service=args.webhook_service,
+        webhook_namespace=args.webhook_namespace,
+        webhook_url=args.webhook_url,
+        reload_interval=args.reload_interval,
+        shutdown_delay=args.shutdown_delay,
+        graceful_timeout=args.graceful_timeout,
+        log_level=args.log_level,
+        **limits,
+    )
+    return serve(settings)
+
+
+def _number(text: str, kind: type[int] | type[float]) -> int | float:
+    try:
+        return kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    value = int(_number(text, int))
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _port(text: str) -> int:
+    value = int(_number(text, int))
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port number (0-65535), got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(_number(text, float))
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(_number(text, float))
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value

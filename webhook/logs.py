@@ -1,0 +1,124 @@
+"""JSON log lines, one object per line, and the admission log record.
+
+What an admission record carries: the request uid, endpoint, operation, kind, namespace/name,
+the decision, the *names* of the policies that denied, warned or audited, the *paths* the patch
+touched and the duration. Never an object's values: environment variables, secrets, annotations
+and policy messages (a messageExpression may quote any field) stay out of the logs.
+
+Decisions with findings log at INFO; plain allows and skips at DEBUG, so a busy cluster's log
+shows what needs a human.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import traceback
+from typing import Any
+
+import orjson
+
+from webhook.engine.model import Decision
+
+ADMISSION_LOGGER = "trainguard.admission"
+LEVELS = ("critical", "error", "warning", "info", "debug")
+
+# Attributes every LogRecord has; anything else passed with `extra=` becomes a JSON field.
+_RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """`{"ts": …, "level": …, "logger": …, "msg": …, <extra fields>}` per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": _timestamp(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _RESERVED and key != "color_message" and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info and record.exc_info[1] is not None:
+            out["error"] = type(record.exc_info[1]).__name__
+            out["traceback"] = self.formatException(record.exc_info)
+        return orjson.dumps(out, default=str).decode()
+
+
+def configure(level: str = "info", stream: Any = None) -> None:
+    """Send trainguard's and uvicorn's records to `stream` (stderr) as JSON lines."""
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = []
+        logger.propagate = True
+    # One line per request is ours (the admission record); uvicorn's access line would repeat it.
+    logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+
+
+def error_location(exc: BaseException) -> list[str]:
+    """Where an exception was raised, as "file:line in function" frames: code, never data."""
+    return [f"{f.filename}:{f.lineno} in {f.name}" for f in traceback.extract_tb(exc.__traceback__)[-5:]]
+
+
+def log_admission(
+    logger: logging.Logger,
+    *,
+    endpoint: str,
+    uid: str,
+    operation: str,
+    kind: str,
+    namespace: str | None,
+    name: str | None,
+    dry_run: bool,
+    decision: Decision,
+    outcome: str,
+    seconds: float,
+    error: BaseException | None = None,
+) -> None:
+    """One record per answered admission, at INFO when it has findings, else DEBUG."""
+    findings = bool(decision.violations or decision.warnings or decision.audits) or error is not None
+    level = logging.ERROR if error is not None else logging.INFO if findings else logging.DEBUG
+    if not logger.isEnabledFor(level):
+        return
+    fields: dict[str, Any] = {
+        "endpoint": endpoint,
+        "uid": uid,
+        "operation": operation,
+        "kind": kind,
+        "namespace": namespace,
+        "object_name": name,  # `name` is the LogRecord's own (the logger's name)
+        "decision": outcome,
+        "allowed": decision.allowed,
+        "duration_ms": round(seconds * 1000, 3),
+    }
+    if dry_run:
+        fields["dry_run"] = True
+    if decision.violations:
+        fields["denied_by"] = _policies(decision.violations)
+    if decision.warnings:
+        fields["warned_by"] = _policies(decision.warnings)
+    if decision.audits:
+        fields["audited_by"] = _policies(decision.audits)
+    if decision.patch:
+        fields["patched"] = sorted({str(op.get("path")) for op in decision.patch})
+    if decision.skipped_reason:
+        fields["skipped"] = decision.skipped_reason
+    if error is not None:
+        fields["error"] = type(error).__name__
+        fields["error_at"] = error_location(error)
+    logger.log(level, "engine error" if error is not None else "admission", extra=fields)
+
+
+def _policies(findings: list[Any]) -> list[str]:
+    return list(dict.fromkeys(f.policy for f in findings))
+
+
+def _timestamp(created: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"

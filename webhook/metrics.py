@@ -1,0 +1,171 @@
+"""Prometheus metrics of one webhook server, in a registry the server owns (never the global one).
+
+The request path touches only pre-resolved label children (a dict lookup and an add), and times
+each policy on 1 in `sample_every` requests, so that measuring the webhook does not slow it down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Mapping
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from webhook import kinds
+
+__all__ = ["CONTENT_TYPE", "Metrics"]
+
+# Label values come from requests; bound them so that a client cannot grow the series count.
+_KNOWN_KINDS = frozenset(info.kind for info in kinds.KINDS)
+_OPERATIONS = frozenset(("CREATE", "UPDATE", "DELETE", "CONNECT"))
+
+# An admission takes well under a millisecond; the API server gives up after its timeout (≤ 30 s).
+_REQUEST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+_POLICY_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1)
+
+
+class Metrics:
+    """Every metric the server exports; one instance per ServerState."""
+
+    def __init__(self, *, sample_every: int = 16, registry: CollectorRegistry | None = None) -> None:
+        if sample_every < 1:
+            raise ValueError(f"sample_every must be at least 1, got {sample_every}")
+        self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.sample_every = sample_every
+        self._sample_countdown = sample_every
+        r = self.registry
+        self.requests = Counter(
+            "trainguard_admission_requests",
+            "Admission requests answered with an AdmissionReview, by decision "
+            "(allowed, denied, skipped: nothing to decide, error: the engine failed and the request "
+            "was answered with a denial (validate) or an allow without patch (mutate)).",
+            ["endpoint", "operation", "kind", "decision"],
+            registry=r,
+        )
+        self.rejected = Counter(
+            "trainguard_admission_rejected_requests",
+            "Calls answered with an HTTP error instead of an AdmissionReview, by reason.",
+            ["endpoint", "reason"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "trainguard_admission_duration_seconds",
+            "Time from the first byte of the body read to the response, per endpoint.",
+            ["endpoint"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self.policy_latency = Histogram(
+            "trainguard_policy_evaluation_seconds",
+            "Evaluation time of each policy, sampled on 1 in N admissions (see sample_every).",
+            ["policy"],
+            buckets=_POLICY_BUCKETS,
+            registry=r,
+        )
+        self.engine_errors = Counter(
+            "trainguard_engine_errors",
+            "Unexpected exceptions inside the engine (policy evaluation errors are not counted here: "
+            "failurePolicy decides those).",
+            ["endpoint"],
+            registry=r,
+        )
+        self.reloads = Counter(
+            "trainguard_reloads",
+            "Reloads by source (policies, config, certificate: the watched files; cluster: a cache "
+            "change rebuilt the engine; registration: the webhook configurations were applied) and "
+            "result (success, failure).",
+            ["source", "result"],
+            registry=r,
+        )
+        self.policy_set_policies = Gauge(
+            "trainguard_policy_set_policies", "Policies in the policy set that decides now.", registry=r
+        )
+        self.policy_set_loaded = Gauge(
+            "trainguard_policy_set_loaded_timestamp_seconds",
+            "When the active policy set was loaded (Unix time).",
+            registry=r,
+        )
+        self.policy_set_load_duration = Gauge(
+            "trainguard_policy_set_load_duration_seconds",
+            "How long loading and compiling the active policy set took.",
+            registry=r,
+        )
+        self.ready = Gauge("trainguard_ready", "1 while /readyz answers 200.", registry=r)
+        self._not_after: float | None = None
+        self.certificate_expiry = Gauge(
+            "trainguard_certificate_expiry_seconds",
+            "Seconds until the serving certificate's notAfter (negative once expired).",
+            registry=r,
+        )
+        self.certificate_expiry.set_function(self._seconds_to_expiry)
+        self._request_children: dict[tuple[str, str, str, str], Counter] = {}
+        self._latency_children: dict[str, Histogram] = {}
+        self._policy_children: dict[str, Histogram] = {}
+
+    # -- request path ---------------------------------------------------------------------------
+
+    def observe_request(
+        self, endpoint: str, operation: str, kind: str, decision: str, seconds: float
+    ) -> None:
+        key = (endpoint, operation, kind, decision)
+        counter = self._request_children.get(key)
+        if counter is None:
+            op = operation if operation in _OPERATIONS else "other"
+            counter = self.requests.labels(endpoint, op, kind if kind in _KNOWN_KINDS else "other", decision)
+            if len(self._request_children) < 4096:  # unknown kinds share "other"; keep the cache bounded
+                self._request_children[key] = counter
+        counter.inc()
+        self._latency(endpoint).observe(seconds)
+
+    def observe_rejected(self, endpoint: str, reason: str, seconds: float) -> None:
+        self.rejected.labels(endpoint, reason).inc()
+        self._latency(endpoint).observe(seconds)
+
+    def observe_engine_error(self, endpoint: str) -> None:
+        self.engine_errors.labels(endpoint).inc()
+
+    def sample(self) -> bool:
+        """True once every `sample_every` calls: time this request's policies."""
+        self._sample_countdown -= 1
+        if self._sample_countdown:
+            return False
+        self._sample_countdown = self.sample_every
+        return True
+
+    def observe_policies(self, timings: Mapping[str, float]) -> None:
+        for policy, seconds in timings.items():
+            child = self._policy_children.get(policy)
+            if child is None:
+                child = self._policy_children[policy] = self.policy_latency.labels(policy)
+            child.observe(seconds)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def observe_reload(self, source: str, ok: bool) -> None:
+        self.reloads.labels(source, "success" if ok else "failure").inc()
+
+    def observe_policy_set(self, policies: Collection[str], load_seconds: float) -> None:
+        self.policy_set_load_duration.set(load_seconds)
+        self.policy_set_loaded.set(time.time())
+        # A policy that left the set would otherwise keep its series forever.
+        for gone in set(self._policy_children) - set(policies):
+            del self._policy_children[gone]
+            self.policy_latency.remove(gone)
+
+    def set_certificate_not_after(self, timestamp: float | None) -> None:
+        self._not_after = timestamp
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _latency(self, endpoint: str) -> Histogram:
+        child = self._latency_children.get(endpoint)
+        if child is None:
+            child = self._latency_children[endpoint] = self.latency.labels(endpoint)
+        return child
+
+    def _seconds_to_expiry(self) -> float:
+        return float("nan") if self._not_after is None else self._not_after - time.time()
