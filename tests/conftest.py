@@ -29,6 +29,15 @@ def corpus_files() -> list[Path]:
     return sorted(p for p in (shared / "corpus").rglob("*.yaml"))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite tests/reviewgate/golden/*.md from the current output (then review the diff)",
+    )
+
+
 @pytest.fixture(scope="session")
 def config() -> PlatformConfig:
     return load_config()

@@ -105,6 +105,15 @@ def _validate(raw: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: queues.namespaces must map namespace -> LocalQueue")
 
 
+def config_from_mapping(doc: dict[str, Any], source: str) -> PlatformConfig:
+    """A PlatformConfig from an already-parsed mapping, merged over the embedded defaults."""
+    if doc.get("kind", "PlatformConfig") != "PlatformConfig":
+        raise ConfigError(f"{source}: kind must be PlatformConfig, got {doc.get('kind')!r}")
+    raw = _merge(yaml.safe_load(_defaults_text()), doc, "", source)
+    _validate(raw, source)
+    return PlatformConfig(raw=raw, source=source)
+
+
 def load_config(path: str | Path | None = None) -> PlatformConfig:
     """The embedded defaults, overridden field by field by the file at `path` when given."""
     from webhook.documents import load_yaml_documents  # local: documents imports errors only
@@ -123,9 +132,6 @@ def load_config(path: str | Path | None = None) -> PlatformConfig:
             raise ConfigError(str(exc)) from exc
         if len(docs) != 1 or not isinstance(docs[0], dict):
             raise ConfigError(f"{source}: a PlatformConfig file holds exactly one mapping")
-        doc = docs[0]
-        if doc.get("kind", "PlatformConfig") != "PlatformConfig":
-            raise ConfigError(f"{source}: kind must be PlatformConfig, got {doc.get('kind')!r}")
-        base = _merge(base, doc, "", source)
+        return config_from_mapping(docs[0], source)
     _validate(base, source)
     return PlatformConfig(raw=base, source=source)

@@ -61,7 +61,10 @@ def field_pointer(field: str) -> str:
                 tokens.append(current)
             end = field.find("]", i)
             end = n if end < 0 else end
-            tokens.append(field[i + 1 : end])
+            key = field[i + 1 : end]
+            if len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
+                key = key[1:-1]  # metadata.annotations['a/b'] and metadata.annotations[a/b] alike
+            tokens.append(key)
             current = ""
             i = end
         else:

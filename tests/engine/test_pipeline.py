@@ -9,7 +9,7 @@ import jsonpatch
 import pytest
 
 from tests.conftest import BACKENDS, corpus_files
-from webhook.cli._common import context_objects
+from webhook.context import context_objects
 from webhook.config import PlatformConfig, load_config
 from webhook.documents import read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
@@ -113,7 +113,7 @@ def _corpus_docs() -> list[Any]:
 @pytest.mark.parametrize("path", _corpus_docs())
 def test_corpus_manifest_is_decided_and_mutations_are_idempotent(path: Path, policy_set: PolicySet, config: PlatformConfig) -> None:
     docs = read_manifests([str(path)])
-    runtimes, priority_classes = context_objects(docs)
+    runtimes, priority_classes = context_objects(d.data for d in docs)
     engine = Engine(policy_set, config, runtimes=runtimes, priority_classes=priority_classes)
     for doc in docs:
         decision = engine.review(AdmissionInput(object=doc.data, namespace="default"))
@@ -132,7 +132,7 @@ def test_both_cel_backends_decide_the_corpus_identically(config: PlatformConfig)
     engines = [load_policy_set([Path(__file__).resolve().parents[2] / "policies"], b) for b in BACKENDS]
     for path in corpus_files():
         docs = read_manifests([str(path)])
-        runtimes, priority_classes = context_objects(docs)
+        runtimes, priority_classes = context_objects(d.data for d in docs)
         for doc in docs:
             inp = AdmissionInput(object=doc.data, namespace="default")
             a, b = (Engine(ps, config, runtimes=runtimes, priority_classes=priority_classes).review(inp) for ps in engines)

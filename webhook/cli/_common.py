@@ -8,14 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from webhook.config import PlatformConfig, load_config
+from webhook.context import context_objects
 from webhook.documents import Document, field_pointer, load_yaml_documents, read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
+from webhook.engine.exceptions import PolicyException, load_exceptions, unknown_policies
 from webhook.engine.load import default_policies_dir
-from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.engine.model import Decision
+from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.errors import InputError
-
-RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
@@ -39,6 +39,12 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="CEL runtime (default: cel-expr-python when installed)",
     )
+    parser.add_argument(
+        "--exceptions",
+        action="append",
+        metavar="PATH",
+        help="PolicyException files or directories (repeatable; default: none)",
+    )
 
 
 def load_inputs(
@@ -50,31 +56,18 @@ def load_inputs(
     return config, policies, docs
 
 
-def context_objects(
-    docs: list[Document],
-) -> tuple[dict[tuple[str | None, str], dict[str, Any]], dict[str, int]]:
-    """TrainingRuntimes and PriorityClasses given beside the workloads, as the cluster would hold them."""
-    runtimes: dict[tuple[str | None, str], dict[str, Any]] = {}
-    priority_classes: dict[str, int] = {}
-    for doc in docs:
-        obj = doc.data
-        kind = obj.get("kind")
-        meta = obj.get("metadata") or {}
-        name = meta.get("name")
-        if not isinstance(name, str):
-            continue
-        if kind in RUNTIME_KINDS and str(obj.get("apiVersion", "")).startswith("trainer.kubeflow.org/"):
-            namespace = meta.get("namespace") if kind == "TrainingRuntime" else None
-            runtimes[(namespace, name)] = obj
-        elif kind == "PriorityClass" and isinstance(obj.get("value"), int):
-            priority_classes[name] = obj["value"]
-    return runtimes, priority_classes
+def load_policy_exceptions(args: argparse.Namespace, policies: PolicySet) -> list[PolicyException]:
+    """The --exceptions files; an exception naming a policy that is not loaded is worth a warning."""
+    exceptions = load_exceptions(getattr(args, "exceptions", None) or [])
+    for message in unknown_policies(exceptions, policies.names()):
+        print(f"trainguard: warning: {message}", file=sys.stderr)
+    return exceptions
 
 
 def build_engine(
     policies: PolicySet, config: PlatformConfig, docs: list[Document], exceptions: Any = ()
 ) -> Engine:
-    runtimes, priority_classes = context_objects(docs)
+    runtimes, priority_classes = context_objects(doc.data for doc in docs)
     return Engine(
         policies, config, runtimes=runtimes, priority_classes=priority_classes, exceptions=exceptions
     )

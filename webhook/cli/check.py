@@ -10,7 +10,13 @@ import orjson
 import yaml
 
 from webhook.cli import EXIT_ALLOWED, EXIT_DENIED
-from webhook.cli._common import add_engine_args, build_engine, decide_all, load_inputs
+from webhook.cli._common import (
+    add_engine_args,
+    build_engine,
+    decide_all,
+    load_inputs,
+    load_policy_exceptions,
+)
 from webhook.documents import Document
 from webhook.engine.model import Decision
 
@@ -115,7 +121,7 @@ def _table(records: list[dict[str, Any]], out: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config, policies, docs = load_inputs(args)
-    engine = build_engine(policies, config, docs)
+    engine = build_engine(policies, config, docs, load_policy_exceptions(args, policies))
     decisions = decide_all(engine, docs, args.namespace)
     records = [result_record(doc, d) for doc, d in zip(docs, decisions, strict=True)]
     if args.output == "json":
