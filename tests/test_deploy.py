@@ -165,7 +165,10 @@ def test_container_args_probes_and_resources(container: Obj) -> None:
         "serve",
         *("--tls-cert", "/certs/tls.crt", "--tls-key", "/certs/tls.key"),
         *("--policies", "/etc/trainguard/policies", "--config", "/etc/trainguard/config.yaml"),
+        *("--in-cluster", "--ca-bundle", "/certs/ca.crt", "--self-register"),
     ]
+    pod_namespace = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
+    assert pod_namespace in container["env"]
     assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert container[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
