@@ -5,13 +5,15 @@ same input, and `tests/torch/` holds it to that against torch's own `get_args_pa
 
 1. Kubernetes builds the argv: `command + args` (an empty `command` means the image's entrypoint,
    which we cannot see; `args` are then taken as the argv when they start with a launcher), and the
-   kubelet expands `$(VAR)` from the container's env (`$$` escapes a `$`).
+   kubelet expands `$(VAR)` from the container's env (`$$` escapes a `$`). Without a shell nobody
+   expands `$VAR`: torch receives it as written (and rejects `--nnodes=$N`, as we do).
 2. A shell (`sh -c`, `bash -lc`, `bash -xc`, …) runs its script: we lex it like POSIX sh (quotes,
    escapes, `\\` line continuations, comments, here-documents, `;` `&&` `||` `|` `&` and newlines),
    walk its simple commands in order, track `NAME=value` / `export NAME=value`, expand `$VAR`,
    `${VAR}`, `${VAR:-default}`, `$1`, `"$@"` and split unquoted expansions into fields. The first
-   command that launches torch is the launch line. `exec`, `env NAME=…`, `nohup`, `time`, … and
-   `NAME=value` prefixes are looked through; a nested `bash -c "…"` is followed.
+   command that launches torch is the launch line (conditions are not evaluated). `exec`,
+   `env NAME=…`, `nohup`, `time`, … and `NAME=value` prefixes are looked through; a nested
+   `bash -c "…"` and `eval` are followed. Scripts over 64 KiB are not lexed (admission latency).
 3. The launcher: `torchrun`, `python -m torch.distributed.run`, `python -m torch.distributed.launch`
    (with interpreter flags such as `-u`, `-X dev`, `-W ignore` before `-m`).
 4. Its argv is parsed the way torch 2.15's `argparse` parser does on Python 3.11: `--flag=value` and
@@ -23,9 +25,9 @@ same input, and `tests/torch/` holds it to that against torch's own `get_args_pa
 5. `PET_<DEST>` environment values stand in for absent flags (a flag overrides the env); the
    boolean ones (`PET_STANDALONE`, …) must be integers.
 
-Unknown values (a `valueFrom` env entry, an unset variable, a command substitution) are never
-guessed: the field is left None and its name is listed in `TorchrunSpec.unresolved`. Two more
-entries may appear there:
+Unknown values (a `valueFrom` env entry, a variable the container's env does not define, which the
+image or `envFrom` may, a command substitution) are never guessed: the field is left None and its
+name is listed in `TorchrunSpec.unresolved`. Two more entries may appear there:
 
 - `"argv"` (ARGV): part of the launch line itself is unknown (e.g. `torchrun $EXTRA_ARGS train.py`),
   so any field may be overridden by what we could not see;
@@ -133,12 +135,33 @@ def _option_map(options: tuple[_Opt, ...]) -> dict[str, _Opt]:
     return {s: o for o in options for s in o.strings}
 
 
+def _prefix_map(options: dict[str, _Opt]) -> dict[str, tuple[str, ...]]:
+    """Every prefix of every long option string -> the option strings it abbreviates, in order."""
+    out: dict[str, list[str]] = {}
+    for s in options:
+        if s.startswith("--"):
+            for i in range(2, len(s) + 1):
+                out.setdefault(s[:i], []).append(s)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def _env_options(options: dict[str, _Opt]) -> tuple[tuple[_Opt, str], ...]:
+    """(option, PET_<DEST>) for each option that reads the environment, once per dest."""
+    seen: dict[str, tuple[_Opt, str]] = {}
+    for o in options.values():
+        if o.env and o.dest not in seen:
+            seen[o.dest] = (o, f"PET_{o.dest.upper()}")
+    return tuple(seen.values())
+
+
 _OPTION_MAPS = {
     "torchrun": _option_map(_RUN_OPTIONS),
     "torch.distributed.run": _option_map(_RUN_OPTIONS),
     "torch.distributed.launch": _option_map(_LAUNCH_OPTIONS),
     "env": _option_map(_RUN_OPTIONS),
 }
+_PREFIX_MAPS = {k: _prefix_map(v) for k, v in _OPTION_MAPS.items()}
+_ENV_OPTIONS = {k: _env_options(v) for k, v in _OPTION_MAPS.items()}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
@@ -193,6 +216,8 @@ def parse_launch(command: Sequence[str], args: Sequence[str], env: Mapping[str, 
 
 
 def _kubelet_expand(text: str, env: Mapping[str, str | None]) -> str:
+    if "$(" not in text and "$$" not in text:
+        return text  # nothing for the kubelet to do
     out: list[str] = []
     i, n = 0, len(text)
     while i < n:
@@ -235,7 +260,8 @@ def _kubelet_expand(text: str, env: Mapping[str, str | None]) -> str:
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "busybox"})
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _MODULES = ("torch.distributed.run", "torch.distributed.launch")
-_MAX_DEPTH = 8
+_MAX_DEPTH = 8  # nested shells and evals followed
+_MAX_SCRIPT = 64 * 1024  # longer scripts are not lexed (admission latency): a launch in them is ARGV
 
 
 @dataclass(slots=True)
@@ -439,6 +465,9 @@ _SEPARATORS = frozenset({";", "&&", "||", "&", "|", "|&", ";;", "(", ")", "\n"})
 _IFS = re.compile(r"[ \t\n]+")
 
 
+_LITERAL_RUN = re.compile(r"[^ \t\r\n\\'\"`$<>;&|()]+")
+
+
 class _ShellSyntaxError(Exception):
     pass
 
@@ -550,11 +579,10 @@ class _Lexer:
                 self.tokens.append(("op", op))
                 self.i += len(op)
             else:
-                j = self.i
-                while j < len(s) and s[j] not in " \t\r\n\\'\"`$<>;&|()":
-                    j += 1
-                add("lit", s[self.i : j], False)
-                self.i = j
+                m = _LITERAL_RUN.match(s, self.i)
+                assert m is not None
+                add("lit", m.group(), False)
+                self.i = m.end()
         end_word()
         return self.tokens
 
@@ -843,6 +871,8 @@ def _simple_commands(tokens: list[_Token]) -> Iterator[list[_Token]]:
 
 def _run_script(script: str, state: _ShellState, depth: int) -> _Found | None:
     try:
+        if len(script) > _MAX_SCRIPT:
+            raise _ShellSyntaxError(f"script longer than {_MAX_SCRIPT} characters")
         tokens = _Lexer(script).run()
     except _ShellSyntaxError:
         launcher = _mentions_launcher(script)
@@ -952,7 +982,7 @@ class _TorchExit(Exception):
 _Classified = tuple[str, _Opt | None, str, str | None]  # (pattern, action, option_string, explicit)
 
 
-def _classify(word: str, options: dict[str, _Opt]) -> _Classified:
+def _classify(word: str, options: dict[str, _Opt], prefixes: dict[str, tuple[str, ...]]) -> _Classified:
     """argparse's _parse_optional: 'A' positional, 'O' option (action None: unknown), 'U' unknowable."""
     if not word or word[0] not in "-" + _UNK:
         return ("A", None, "", None)
@@ -972,15 +1002,11 @@ def _classify(word: str, options: dict[str, _Opt]) -> _Classified:
         prefix, eq, value = word.partition("=")
         if _UNK in prefix:
             return ("U", None, "", None)
-        matches = [(o, s, value if eq else None) for s, o in options.items() if s.startswith(prefix)]
+        matches = [(options[s], s, value if eq else None) for s in prefixes.get(prefix, ())]
     elif word[1] == _UNK:
         return ("U", None, "", None)
-    else:
-        for s, o in options.items():
-            if s == word[:2]:
-                matches.append((o, s, word[2:]))
-            elif s.startswith(word):
-                matches.append((o, s, None))
+    elif word[:2] in options:  # a short option with its value glued on (`-r3`); no long one starts so
+        matches.append((options[word[:2]], word[:2], word[2:]))
     if len(matches) > 1:
         names = ", ".join(s for _, s, _ in matches)
         raise _TorchExit(f"ambiguous option: {word} could match {names}".replace(_UNK, "…"))
@@ -1018,15 +1044,16 @@ class _Values:
     argv_unknown: bool = False
 
 
-def _parse_argv(argv: Sequence[str], options: dict[str, _Opt], out: _Values) -> None:
+def _parse_argv(argv: Sequence[str], launcher: str, out: _Values) -> None:
     """torch's parser over argv; raises _TorchExit where torch exits."""
+    options, prefixes = _OPTION_MAPS[launcher], _PREFIX_MAPS[launcher]
     classified: list[_Classified] = []
     for k, word in enumerate(argv):
         if word == "--":
             classified.append(("-", None, "", None))
             classified.extend(("A", None, "", None) for _ in argv[k + 1 :])
             break
-        classified.append(_classify(word, options))
+        classified.append(_classify(word, options, prefixes))
 
     def store(opt: _Opt, value: str | bool) -> None:
         out.values[opt.dest] = (value, "flag")
@@ -1091,14 +1118,11 @@ def _parse_argv(argv: Sequence[str], options: dict[str, _Opt], out: _Values) -> 
         raise _TorchExit(f"unrecognized arguments: {' '.join(extras)}")
 
 
-def _apply_env(options: dict[str, _Opt], env: Mapping[str, str | None], out: _Values) -> None:
+def _apply_env(launcher: str, env: Mapping[str, str | None], out: _Values) -> None:
     """PET_<DEST> fallbacks, as torch's env / check_env actions read them."""
-    seen: set[str] = set()
-    for opt in options.values():
-        if opt.dest in seen or not opt.env:
-            continue
-        seen.add(opt.dest)
-        name = f"PET_{opt.dest.upper()}"
+    if not env:
+        return
+    for opt, name in _ENV_OPTIONS[launcher]:
         if name not in env:
             continue
         value = env[name]
@@ -1125,7 +1149,6 @@ def _apply_env(options: dict[str, _Opt], env: Mapping[str, str | None], out: _Va
 
 
 def _evaluate(found: _Found) -> LaunchParse:
-    options = _OPTION_MAPS[found.launcher]
     out = _Values()
     error: str | None = None
     bad_field: str | None = None
@@ -1133,11 +1156,11 @@ def _evaluate(found: _Found) -> LaunchParse:
         out.argv_unknown = True
     elif found.launcher != "env":
         try:
-            _parse_argv(found.argv, options, out)
+            _parse_argv(found.argv, found.launcher, out)
         except _TorchExit as e:
             error, bad_field = str(e), e.field
     try:
-        _apply_env(options, found.env, out)
+        _apply_env(found.launcher, found.env, out)
     except _TorchExit as e:
         if error is None:
             error, bad_field = str(e), e.field
