@@ -24,8 +24,8 @@ from starlette.exceptions import StarletteDeprecationWarning
 from webhook import review
 from webhook.app import ServerState, create_app
 from webhook.cli._common import decide_all
-from webhook.context import context_objects
 from webhook.config import PlatformConfig, load_config
+from webhook.context import context_objects
 from webhook.documents import Document, read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
 from webhook.engine.load import default_policies_dir

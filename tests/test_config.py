@@ -30,7 +30,11 @@ def test_parse_duration(text: str, seconds: int | None) -> None:
 def test_embedded_defaults_match_the_design() -> None:
     config = load_config()
     cp = config.raw["checkpoint"]
-    assert (cp["minIntervalSeconds"], cp["maxIntervalSeconds"], cp["minGracePeriodSeconds"]) == (300, 7200, 60)
+    assert (cp["minIntervalSeconds"], cp["maxIntervalSeconds"], cp["minGracePeriodSeconds"]) == (
+        300,
+        7200,
+        60,
+    )
     assert config.raw["queues"]["namespaces"] == {}
     assert (config.pool_label_key, config.training_pool, config.inference_pool) == (
         "trainguard.dev/pool",

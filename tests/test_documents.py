@@ -28,15 +28,31 @@ BAD = [
         "document 2, line 5: malformed YAML",
         id="unterminated-flow-sequence",
     ),
-    pytest.param("- a\n- b\n", InputError, "expected a Kubernetes object (a mapping), got list", id="document-is-a-list"),
-    pytest.param("kind: Pod\nmetadata: {}\n", InputError, "field apiVersion: missing or empty apiVersion", id="missing-apiversion"),
-    pytest.param("apiVersion: v1\nmetadata: {}\n", InputError, "field kind: missing or empty kind", id="missing-kind"),
-    pytest.param("apiVersion: v1\nkind: Pod\n\tbad: tab\n", InputError, "malformed YAML", id="tab-indentation"),
+    pytest.param(
+        "- a\n- b\n",
+        InputError,
+        "expected a Kubernetes object (a mapping), got list",
+        id="document-is-a-list",
+    ),
+    pytest.param(
+        "kind: Pod\nmetadata: {}\n",
+        InputError,
+        "field apiVersion: missing or empty apiVersion",
+        id="missing-apiversion",
+    ),
+    pytest.param(
+        "apiVersion: v1\nmetadata: {}\n", InputError, "field kind: missing or empty kind", id="missing-kind"
+    ),
+    pytest.param(
+        "apiVersion: v1\nkind: Pod\n\tbad: tab\n", InputError, "malformed YAML", id="tab-indentation"
+    ),
 ]
 
 
 @pytest.mark.parametrize(("text", "error", "words"), BAD)
-def test_bad_manifest_is_refused_with_location(tmp_path: Path, text: str, error: type[Exception], words: str) -> None:
+def test_bad_manifest_is_refused_with_location(
+    tmp_path: Path, text: str, error: type[Exception], words: str
+) -> None:
     path = tmp_path / "m.yaml"
     path.write_text(text)
     with pytest.raises(error) as info:
@@ -71,7 +87,9 @@ def test_json_duplicate_keys_are_refused_too(tmp_path: Path) -> None:
 
 def test_list_kind_stands_for_its_items(tmp_path: Path) -> None:
     path = tmp_path / "list.yaml"
-    path.write_text("apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a}\n")
+    path.write_text(
+        "apiVersion: v1\nkind: List\nitems:\n- apiVersion: v1\n  kind: Pod\n  metadata: {name: a}\n"
+    )
     docs = read_manifests([str(path)])
     assert [d.data["kind"] for d in docs] == ["Pod"]
     assert docs[0].source.endswith("list.yaml#1/items/0")

@@ -45,7 +45,7 @@ def field_pointer(field: str) -> str:
     """A dotted field as policies and reports write it -> JSON pointer.
 
     spec.tasks[0].template -> /spec/tasks/0/template;
-    metadata.annotations[trainguard.dev/checkpoint-uri] -> /metadata/annotations/trainguard.dev~1checkpoint-uri
+    metadata.annotations[trainguard.dev/x] -> /metadata/annotations/trainguard.dev~1x
     """
     tokens: list[str] = []
     i, n = 0, len(field)

@@ -63,11 +63,16 @@ def parse_request(body: bytes) -> ParsedReview:
         raise _fail("missing request.uid", "request.uid")
     operation = request.get("operation")
     if operation not in OPERATIONS:
-        raise _fail(f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}", "request.operation")
+        raise _fail(
+            f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}",
+            "request.operation",
+        )
     obj = request.get("object")
     old = request.get("oldObject")
     if operation in ("CREATE", "UPDATE") and not isinstance(obj, dict):
-        raise _fail(f"request.object must be an object for {operation}, got {type(obj).__name__}", "request.object")
+        raise _fail(
+            f"request.object must be an object for {operation}, got {type(obj).__name__}", "request.object"
+        )
     if old is not None and not isinstance(old, dict):
         raise _fail("request.oldObject must be an object or null", "request.oldObject")
     kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
@@ -107,7 +112,9 @@ def build_response(uid: str, decision: Decision, *, mutating: bool) -> dict[str,
     if mutating and decision.patch:
         response["patchType"] = "JSONPatch"
         # Sorted keys: the same decision always encodes to the same bytes (CEL maps have no order).
-        response["patch"] = base64.b64encode(orjson.dumps(decision.patch, option=orjson.OPT_SORT_KEYS)).decode("ascii")
+        response["patch"] = base64.b64encode(
+            orjson.dumps(decision.patch, option=orjson.OPT_SORT_KEYS)
+        ).decode("ascii")
     audits: dict[str, str] = {}
     for f in decision.audits:
         key = f"{f.policy}"

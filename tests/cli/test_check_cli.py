@@ -42,7 +42,9 @@ def test_counterexamples_are_denied_with_the_rule_and_the_field(capsys: pytest.C
     assert "kueue.x-k8s.io/queue-name" in gang and "spec.runPolicy.schedulingPolicy.minAvailable: 4" in gang
 
 
-def test_json_output_has_one_result_per_document_with_the_contract_keys(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_json_output_has_one_result_per_document_with_the_contract_keys(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = tmp_path / "mixed.yaml"
     path.write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\n"
@@ -54,7 +56,20 @@ def test_json_output_has_one_result_per_document_with_the_contract_keys(capsys: 
     assert [r["kind"] for r in doc["results"]] == ["ConfigMap", "Job"]
     configmap, job = doc["results"]
     assert configmap["allowed"] is True and configmap["class"] is None and configmap["patch"] == []
-    for key in ("source", "apiVersion", "kind", "namespace", "name", "role", "class", "tier", "allowed", "violations", "warnings", "patch"):
+    for key in (
+        "source",
+        "apiVersion",
+        "kind",
+        "namespace",
+        "name",
+        "role",
+        "class",
+        "tier",
+        "allowed",
+        "violations",
+        "warnings",
+        "patch",
+    ):
         assert key in job
     assert (job["class"], job["tier"], job["role"]) == ("A", "guaranteed", "training")
     assert job["source"].endswith("mixed.yaml#2")
@@ -69,15 +84,21 @@ def test_stdin_is_read_with_dash(capsys: pytest.CaptureFixture[str], monkeypatch
     assert "source: <stdin>#1" in out
 
 
-def test_namespace_flag_applies_to_objects_without_one(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_namespace_flag_applies_to_objects_without_one(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     config = tmp_path / "platform.yaml"
     config.write_text("queues:\n  namespaces: {team-x: team-x-queue}\n")
-    code, out, _ = run(capsys, "check", str(COUNTER / "pytorchjob-no-gang.yaml"), "-o", "json", "--config", str(config))
+    code, out, _ = run(
+        capsys, "check", str(COUNTER / "pytorchjob-no-gang.yaml"), "-o", "json", "--config", str(config)
+    )
     assert code == 1, "namespace team-a has no queue"
     job = (COUNTER / "pytorchjob-no-gang.yaml").read_text().replace("  namespace: team-a\n", "")
     nons = tmp_path / "job.yaml"
     nons.write_text(job)
-    code, out, _ = run(capsys, "check", str(nons), "-o", "json", "--config", str(config), "--namespace", "team-x")
+    code, out, _ = run(
+        capsys, "check", str(nons), "-o", "json", "--config", str(config), "--namespace", "team-x"
+    )
     assert code == 0, out
     result = json.loads(out)["results"][0]
     assert result["namespace"] == "team-x"
@@ -98,7 +119,9 @@ BAD_INPUT = [
 
 
 @pytest.mark.parametrize(("text", "words"), BAD_INPUT)
-def test_bad_input_exits_2_with_location_and_no_traceback(capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, words: str) -> None:
+def test_bad_input_exits_2_with_location_and_no_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, words: str
+) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     code, out, err = run(capsys, "check", str(path))
@@ -108,7 +131,9 @@ def test_bad_input_exits_2_with_location_and_no_traceback(capsys: pytest.Capture
     assert "Traceback" not in err + out
 
 
-def test_broken_policy_directory_exits_2_naming_file_and_policy(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_broken_policy_directory_exits_2_naming_file_and_policy(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     (tmp_path / "p.yaml").write_text(
         "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata: {name: broken}\n"
         "spec:\n  validations:\n    - expression: 'workload.totalPods >'\n      message: m\n"
@@ -125,13 +150,17 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.skipif(shared_dir() is None, reason="the shared corpus is not beside this checkout")
-def test_whole_corpus_through_json_has_a_result_for_every_document(capsys: pytest.CaptureFixture[str]) -> None:
+def test_whole_corpus_through_json_has_a_result_for_every_document(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     shared = shared_dir()
     assert shared is not None
     code, out, err = run(capsys, "check", str(shared / "corpus"), "-o", "json")
     assert code == 1, err  # the corpus holds jobs without gang and a NEGATIVE fixture
     doc = json.loads(out)
-    documents = sum(text.count("\nkind:") + text.startswith("kind:") for text in (p.read_text() for p in corpus_files()))
+    documents = sum(
+        text.count("\nkind:") + text.startswith("kind:") for text in (p.read_text() for p in corpus_files())
+    )
     assert doc["summary"]["documents"] == len(doc["results"]) >= 100
     assert documents >= len(doc["results"]) - 5  # top-level kinds only; nested `kind:` lines overcount
     negative = [r for r in doc["results"] if r["source"].endswith("minAvailable-webhook-deny.yaml#1")]

@@ -30,7 +30,9 @@ def test_shipped_policies_compile_on_both_backends(backend: str) -> None:
 
 
 def _policy(spec: str, name: str = "p") -> str:
-    return f"apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    return (
+        f"apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    )
 
 
 VALID_SPEC = "  validations:\n    - expression: workload.totalPods > 0\n      message: m\n"
@@ -46,9 +48,15 @@ BROKEN = [
         "policy p, spec: unknown field 'validation'",
         id="typo-in-spec-field",
     ),
-    pytest.param(_policy("  mode: Deny\n" + VALID_SPEC), "spec.mode: must be one of Enforce, Warn, Audit", id="bad-mode"),
     pytest.param(
-        _policy("  match:\n    classes: [D]\n" + VALID_SPEC), "spec.match.classes: 'D' is not one of A, B, C", id="bad-class"
+        _policy("  mode: Deny\n" + VALID_SPEC),
+        "spec.mode: must be one of Enforce, Warn, Audit",
+        id="bad-mode",
+    ),
+    pytest.param(
+        _policy("  match:\n    classes: [D]\n" + VALID_SPEC),
+        "spec.match.classes: 'D' is not one of A, B, C",
+        id="bad-class",
     ),
     pytest.param(
         _policy("  validations:\n    - expression: 'true'\n"),
@@ -57,15 +65,23 @@ BROKEN = [
     ),
     pytest.param(_policy("  mode: Warn\n"), "a policy needs validations or mutations", id="empty-policy"),
     pytest.param(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n", "expected apiVersion trainguard.dev/v1alpha1", id="not-a-policy"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+        "expected apiVersion trainguard.dev/v1alpha1",
+        id="not-a-policy",
     ),
-    pytest.param(_policy(VALID_SPEC).replace("spec:", "spec:\n  mode: Warn\n  mode: Audit", 1), "duplicate key 'mode'", id="duplicate-key"),
+    pytest.param(
+        _policy(VALID_SPEC).replace("spec:", "spec:\n  mode: Warn\n  mode: Audit", 1),
+        "duplicate key 'mode'",
+        id="duplicate-key",
+    ),
 ]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("text", "words"), BROKEN)
-def test_broken_policy_file_names_file_policy_and_position(tmp_path: Path, backend: str, text: str, words: str) -> None:
+def test_broken_policy_file_names_file_policy_and_position(
+    tmp_path: Path, backend: str, text: str, words: str
+) -> None:
     (tmp_path / "good.yaml").write_text(_policy(VALID_SPEC, name="good"))
     bad = tmp_path / "zz-bad.yaml"
     bad.write_text(text)

@@ -46,22 +46,58 @@ CASES = [
         id="set-builds-nested-parents-in-one-op",
     ),
     pytest.param(
-        {"op": "upsert", "path": "/spec/template/spec/containers/0/env", "key": "name", "value": {"name": "A", "value": "2"}},
-        [{"op": "replace", "path": "/spec/template/spec/containers/0/env/0", "value": {"name": "A", "value": "2"}}],
+        {
+            "op": "upsert",
+            "path": "/spec/template/spec/containers/0/env",
+            "key": "name",
+            "value": {"name": "A", "value": "2"},
+        },
+        [
+            {
+                "op": "replace",
+                "path": "/spec/template/spec/containers/0/env/0",
+                "value": {"name": "A", "value": "2"},
+            }
+        ],
         id="upsert-replaces-item-with-same-key",
     ),
     pytest.param(
-        {"op": "upsert", "path": "/spec/template/spec/containers/0/env", "key": "name", "value": {"name": "B", "value": "2"}},
-        [{"op": "add", "path": "/spec/template/spec/containers/0/env/-", "value": {"name": "B", "value": "2"}}],
+        {
+            "op": "upsert",
+            "path": "/spec/template/spec/containers/0/env",
+            "key": "name",
+            "value": {"name": "B", "value": "2"},
+        },
+        [
+            {
+                "op": "add",
+                "path": "/spec/template/spec/containers/0/env/-",
+                "value": {"name": "B", "value": "2"},
+            }
+        ],
         id="upsert-appends-new-item",
     ),
     pytest.param(
-        {"op": "append", "path": "/spec/template/spec/tolerations", "value": {"key": "k", "operator": "Exists"}},
-        [{"op": "add", "path": "/spec/template/spec/tolerations", "value": [{"key": "k", "operator": "Exists"}]}],
+        {
+            "op": "append",
+            "path": "/spec/template/spec/tolerations",
+            "value": {"key": "k", "operator": "Exists"},
+        },
+        [
+            {
+                "op": "add",
+                "path": "/spec/template/spec/tolerations",
+                "value": [{"key": "k", "operator": "Exists"}],
+            }
+        ],
         id="append-creates-list",
     ),
     pytest.param(
-        {"op": "requireNodeExpression", "path": "/spec/template/spec", "value": {"key": "pool", "operator": "In", "values": ["t"]}},
+        {
+            "op": "requireNodeExpression",
+            "path": "/spec/template/spec",
+            "value": {"key": "pool", "operator": "In", "values": ["t"]},
+        },
         [
             {
                 "op": "add",
@@ -69,7 +105,9 @@ CASES = [
                 "value": {
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["t"]}]}]
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["t"]}]}
+                            ]
                         }
                     }
                 },
@@ -81,11 +119,13 @@ CASES = [
 
 
 @pytest.mark.parametrize(("edit", "expected_ops"), CASES)
-def test_edit_produces_ops_that_apply_and_are_idempotent(edit: dict[str, Any], expected_ops: list[Any]) -> None:
+def test_edit_produces_ops_that_apply_and_are_idempotent(
+    edit: dict[str, Any], expected_ops: list[Any]
+) -> None:
     original = copy.deepcopy(POD_TEMPLATE)
     mutated, ops = apply_edits(POD_TEMPLATE, [edit])
     assert ops == expected_ops
-    assert POD_TEMPLATE == original, "the incoming object must never change"
+    assert original == POD_TEMPLATE, "the incoming object must never change"
     assert jsonpatch.apply_patch(original, ops) == mutated
     again, second = apply_edits(mutated, [edit])
     assert second == []
@@ -109,9 +149,13 @@ def test_required_node_expression_is_added_to_every_term_that_lacks_the_key() ->
     }
     expr = {"key": "pool", "operator": "In", "values": ["t"]}
     mutated, ops = apply_edits(obj, [{"op": "requireNodeExpression", "path": "/spec", "value": expr}])
-    terms = mutated["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = mutated["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert terms[0]["matchExpressions"][-1] == expr
-    assert terms[1]["matchExpressions"] == [{"key": "pool", "operator": "In", "values": ["x"]}], "user's own choice kept"
+    assert terms[1]["matchExpressions"] == [{"key": "pool", "operator": "In", "values": ["x"]}], (
+        "user's own choice kept"
+    )
     assert len(ops) == 1
 
 
@@ -130,7 +174,9 @@ def test_malformed_edits_are_refused(value: Any) -> None:
 
 
 def test_nested_lists_from_map_are_flattened() -> None:
-    edits = flatten_edits([[{"op": "set", "path": "/a", "value": 1}], [[{"op": "set", "path": "/b", "value": 2}]]])
+    edits = flatten_edits(
+        [[{"op": "set", "path": "/a", "value": 1}], [[{"op": "set", "path": "/b", "value": 2}]]]
+    )
     assert [e["path"] for e in edits] == ["/a", "/b"]
 
 

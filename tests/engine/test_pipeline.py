@@ -9,8 +9,8 @@ import jsonpatch
 import pytest
 
 from tests.conftest import BACKENDS, corpus_files
-from webhook.context import context_objects
 from webhook.config import PlatformConfig, load_config
+from webhook.context import context_objects
 from webhook.documents import read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
 from webhook.engine.pipeline import AdmissionInput, Engine
@@ -43,15 +43,22 @@ def _policy_dir(tmp_path: Path, *, mode: str = "Enforce", failure: str = "Fail",
         pytest.param("Enforce", "Fail", "false", False, "violations", id="enforce-denies"),
         pytest.param("Warn", "Fail", "false", True, "warnings", id="warn-allows-with-warning"),
         pytest.param("Audit", "Fail", "false", True, "audits", id="audit-records-only"),
-        pytest.param("Enforce", "Fail", "object.spec.nothere > 1", False, "violations", id="error-with-fail-denies"),
-        pytest.param("Enforce", "Ignore", "object.spec.nothere > 1", True, "warnings", id="error-with-ignore-warns"),
+        pytest.param(
+            "Enforce", "Fail", "object.spec.nothere > 1", False, "violations", id="error-with-fail-denies"
+        ),
+        pytest.param(
+            "Enforce", "Ignore", "object.spec.nothere > 1", True, "warnings", id="error-with-ignore-warns"
+        ),
         pytest.param("Enforce", "Fail", "true", True, None, id="pass-allows"),
     ],
 )
 def test_mode_and_failure_policy_shape_the_decision(
     tmp_path: Path, backend: str, mode: str, failure: str, expression: str, allowed: bool, where: str | None
 ) -> None:
-    engine = Engine(load_policy_set([_policy_dir(tmp_path, mode=mode, failure=failure, expression=expression)], backend), load_config())
+    engine = Engine(
+        load_policy_set([_policy_dir(tmp_path, mode=mode, failure=failure, expression=expression)], backend),
+        load_config(),
+    )
     decision = engine.review(AdmissionInput(object=NO_GANG_JOB))
     assert decision.allowed is allowed
     buckets = {"violations": decision.violations, "warnings": decision.warnings, "audits": decision.audits}
@@ -64,8 +71,16 @@ def test_mode_and_failure_policy_shape_the_decision(
 @pytest.mark.parametrize(
     ("inp", "reason"),
     [
-        pytest.param(AdmissionInput(object=NO_GANG_JOB, operation="DELETE"), "operation DELETE", id="delete-always-allowed"),
-        pytest.param(AdmissionInput(object=NO_GANG_JOB, operation="CONNECT"), "operation CONNECT", id="connect-always-allowed"),
+        pytest.param(
+            AdmissionInput(object=NO_GANG_JOB, operation="DELETE"),
+            "operation DELETE",
+            id="delete-always-allowed",
+        ),
+        pytest.param(
+            AdmissionInput(object=NO_GANG_JOB, operation="CONNECT"),
+            "operation CONNECT",
+            id="connect-always-allowed",
+        ),
         pytest.param(
             AdmissionInput(object={**NO_GANG_JOB, "metadata": {"name": "j", "namespace": "kube-system"}}),
             "namespace kube-system is excluded",
@@ -95,11 +110,20 @@ def test_decision_is_taken_on_the_mutated_object(policy_set: PolicySet, config: 
         "spec": {
             "parallelism": 2,
             "completions": 2,
-            "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}},
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "t", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 8}}}
+                    ],
+                }
+            },
         },
     }
     engine = Engine(policy_set, config)
-    assert engine.review(AdmissionInput(object=gpu_gang)).allowed, "the topology mutation satisfies topology-slo"
+    assert engine.review(AdmissionInput(object=gpu_gang)).allowed, (
+        "the topology mutation satisfies topology-slo"
+    )
     unmutated = engine.review(AdmissionInput(object=gpu_gang), mutate=False)
     assert not unmutated.allowed
     assert [f.policy for f in unmutated.violations] == ["topology-slo"]
@@ -111,7 +135,9 @@ def _corpus_docs() -> list[Any]:
 
 @pytest.mark.skipif(not corpus_files(), reason="the shared corpus is not beside this checkout")
 @pytest.mark.parametrize("path", _corpus_docs())
-def test_corpus_manifest_is_decided_and_mutations_are_idempotent(path: Path, policy_set: PolicySet, config: PlatformConfig) -> None:
+def test_corpus_manifest_is_decided_and_mutations_are_idempotent(
+    path: Path, policy_set: PolicySet, config: PlatformConfig
+) -> None:
     docs = read_manifests([str(path)])
     runtimes, priority_classes = context_objects(d.data for d in docs)
     engine = Engine(policy_set, config, runtimes=runtimes, priority_classes=priority_classes)
@@ -135,7 +161,10 @@ def test_both_cel_backends_decide_the_corpus_identically(config: PlatformConfig)
         runtimes, priority_classes = context_objects(d.data for d in docs)
         for doc in docs:
             inp = AdmissionInput(object=doc.data, namespace="default")
-            a, b = (Engine(ps, config, runtimes=runtimes, priority_classes=priority_classes).review(inp) for ps in engines)
+            a, b = (
+                Engine(ps, config, runtimes=runtimes, priority_classes=priority_classes).review(inp)
+                for ps in engines
+            )
             assert (a.allowed, a.patch, [(f.policy, f.message) for f in a.violations + a.warnings]) == (
                 b.allowed,
                 b.patch,

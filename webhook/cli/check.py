@@ -109,9 +109,8 @@ def _table(records: list[dict[str, Any]], out: Any) -> None:
         for e in r["exemptions"]:
             out.write(f"    exempt {e['policy']}: {e['justification']}\n")
         if r["patch"]:
-            out.write(
-                f"    patch {len(r['patch'])} operation(s): {', '.join(sorted({op['path'] for op in r['patch']}))}\n"
-            )
+            paths = ", ".join(sorted({op["path"] for op in r["patch"]}))
+            out.write(f"    patch {len(r['patch'])} operation(s): {paths}\n")
     s = summary(records)
     out.write(
         f"\n{s['documents']} documents, {s['workloads']} workloads: {s['allowed']} admitted, "

@@ -90,7 +90,9 @@ def compile_policy(backend: Backend, policy: Policy) -> CompiledPolicy:
     )
 
 
-def compile_policies(policies: list[Policy], digest: str, backend: Backend, sources: tuple[str, ...] = ()) -> PolicySet:
+def compile_policies(
+    policies: list[Policy], digest: str, backend: Backend, sources: tuple[str, ...] = ()
+) -> PolicySet:
     return PolicySet(tuple(compile_policy(backend, p) for p in policies), digest, backend, sources)
 
 

@@ -1,8 +1,8 @@
 """PolicyResults -> one Decision: modes and failurePolicy are applied here and nowhere else.
 
-    fail  + Enforce -> violation (deny)     error + Fail   -> violation naming the error
-    fail  + Warn    -> warning              error + Ignore -> warning naming the error
-    fail  + Audit   -> audit record         exempt         -> reported, never denies
+fail  + Enforce -> violation (deny)     error + Fail   -> violation naming the error
+fail  + Warn    -> warning              error + Ignore -> warning naming the error
+fail  + Audit   -> audit record         exempt         -> reported, never denies
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ def classify(policy: Policy, result: PolicyResult) -> PolicyResult:
     """Map a raw fail to the outcome its mode gives it (fail / warn / audit)."""
     if result.outcome == "fail" and policy.mode != "Enforce":
         outcome = "warn" if policy.mode == "Warn" else "audit"
-        return PolicyResult(result.policy, outcome, result.messages, result.fields, result.patch, result.exemption)
+        return PolicyResult(
+            result.policy, outcome, result.messages, result.fields, result.patch, result.exemption
+        )
     return result
 
 

@@ -32,7 +32,14 @@ POLICY_SUFFIXES = (".yaml", ".yml")
 
 _SPEC_FIELDS = {"mode", "failurePolicy", "match", "matchConditions", "variables", "validations", "mutations"}
 _MATCH_FIELDS = {
-    "kinds", "roles", "classes", "tiers", "namespaces", "excludeNamespaces", "operations", "memberPods",
+    "kinds",
+    "roles",
+    "classes",
+    "tiers",
+    "namespaces",
+    "excludeNamespaces",
+    "operations",
+    "memberPods",
 }
 _VALIDATION_FIELDS = {"expression", "message", "messageExpression", "reason", "field", "fieldExpression"}
 _ROLES = {"training", "inference"}
@@ -129,7 +136,9 @@ class _Reader:
             if name in seen:
                 raise self.fail(f"duplicate name {name!r}", f"{where}[{i}].name")
             seen.add(name)
-            out.append(NamedExpression(name, self.expression(item.get("expression"), f"{where}[{i}].expression")))
+            out.append(
+                NamedExpression(name, self.expression(item.get("expression"), f"{where}[{i}].expression"))
+            )
         return tuple(out)
 
 

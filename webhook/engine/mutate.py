@@ -55,7 +55,11 @@ def flatten_edits(value: Any, out: list[dict[str, Any]] | None = None) -> list[d
         for item in value:
             flatten_edits(item, out)
         return out
-    if not isinstance(value, dict) or value.get("op") not in EDIT_OPS or not isinstance(value.get("path"), str):
+    if (
+        not isinstance(value, dict)
+        or value.get("op") not in EDIT_OPS
+        or not isinstance(value.get("path"), str)
+    ):
         raise EditError(f"not an edit (need op in {', '.join(EDIT_OPS)} and a string path): {value!r}")
     out.append(value)
     return out
@@ -196,7 +200,9 @@ class Patcher:
                 if isinstance(item, dict) and item.get(key) == value[key]:
                     if item != value:
                         self._writable(tokens)[i] = value
-                        self.ops.append({"op": "replace", "path": to_pointer([*tokens, str(i)]), "value": value})
+                        self.ops.append(
+                            {"op": "replace", "path": to_pointer([*tokens, str(i)]), "value": value}
+                        )
                     return
         self._append(tokens, value)
 
@@ -215,7 +221,9 @@ class Patcher:
             self._append([*terms_path, str(i), "matchExpressions"], expr)
 
 
-def apply_edits(obj: dict[str, Any], edits: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def apply_edits(
+    obj: dict[str, Any], edits: list[dict[str, Any]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The object with the edits applied (a copy sharing untouched subtrees) and the ops."""
     patcher = Patcher(obj)
     for edit in edits:
