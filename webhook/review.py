@@ -75,8 +75,8 @@ def parse_request(body: bytes) -> ParsedReview:
         )
     if old is not None and not isinstance(old, dict):
         raise _fail("request.oldObject must be an object or null", "request.oldObject")
-    kind = request.get("kind") if isinstance(request.get("kind"), dict) else {}
-    user_info = request.get("userInfo") if isinstance(request.get("userInfo"), dict) else {}
+    kind: dict[str, Any] = request["kind"] if isinstance(request.get("kind"), dict) else {}
+    user_info: dict[str, Any] = request["userInfo"] if isinstance(request.get("userInfo"), dict) else {}
     namespace = request.get("namespace") or None
     return ParsedReview(
         uid=uid,

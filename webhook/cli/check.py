@@ -96,7 +96,10 @@ def _table(records: list[dict[str, Any]], out: Any) -> None:
     ]
     headers = ("SOURCE", "KIND", "NAME", "CLASS", "TIER", "DECISION")
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()  # noqa: E731
+
+    def line(cells: tuple[str, ...]) -> str:
+        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+
     out.write(line(headers) + "\n")
     for r, row in zip(records, rows, strict=True):
         out.write(line(row) + "\n")

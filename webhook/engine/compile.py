@@ -70,7 +70,9 @@ def _compile(backend: Backend, policy: Policy, expr: Expression) -> Program:
 
 
 def compile_policy(backend: Backend, policy: Policy) -> CompiledPolicy:
-    c = lambda e: _compile(backend, policy, e)  # noqa: E731
+    def c(expression: Expression) -> Program:
+        return _compile(backend, policy, expression)
+
     return CompiledPolicy(
         policy=policy,
         conditions=tuple((m.name, c(m.expression)) for m in policy.match_conditions),

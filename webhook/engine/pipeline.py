@@ -69,7 +69,7 @@ class Engine:
     ) -> Decision:
         """Decide one object. `timings`, when given, receives each policy's evaluation seconds."""
         obj = inp.object
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
         namespace = meta.get("namespace") or inp.namespace
         if inp.operation not in ("CREATE", "UPDATE"):
             return Decision(True, mutated=obj, skipped_reason=f"operation {inp.operation} is always allowed")
