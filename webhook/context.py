@@ -23,7 +23,7 @@ def context_objects(objects: Iterable[dict[str, Any]]) -> tuple[Runtimes, dict[s
         if not isinstance(obj, dict):
             continue
         kind = obj.get("kind")
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
         name = meta.get("name")
         if not isinstance(name, str):
             continue

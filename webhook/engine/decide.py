@@ -7,7 +7,7 @@ fail  + Audit   -> audit record         exempt         -> reported, never denies
 
 from __future__ import annotations
 
-from webhook.engine.model import Decision, Finding, Policy, PolicyResult
+from webhook.engine.model import Decision, Finding, Outcome, Policy, PolicyResult
 
 
 def _findings(policy: Policy, result: PolicyResult) -> list[Finding]:
@@ -23,7 +23,7 @@ def _findings(policy: Policy, result: PolicyResult) -> list[Finding]:
 def classify(policy: Policy, result: PolicyResult) -> PolicyResult:
     """Map a raw fail to the outcome its mode gives it (fail / warn / audit)."""
     if result.outcome == "fail" and policy.mode != "Enforce":
-        outcome = "warn" if policy.mode == "Warn" else "audit"
+        outcome: Outcome = "warn" if policy.mode == "Warn" else "audit"
         return PolicyResult(
             result.policy, outcome, result.messages, result.fields, result.patch, result.exemption
         )
