@@ -93,7 +93,10 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
         for key_node, _ in node.value:
             if key_node.tag == "tag:yaml.org,2002:merge":
                 continue
-            key = self.construct_object(key_node, deep=True)
+            if key_node.tag == "tag:yaml.org,2002:str":
+                key: Any = key_node.value  # the common case, without constructing the key twice
+            else:
+                key = self.construct_object(key_node, deep=True)
             try:
                 first = seen.get(key)
             except TypeError:
