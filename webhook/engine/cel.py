@@ -8,11 +8,13 @@ compile errors carry a position, evaluation errors are raised as CelEvalError.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 # Every expression sees these variables; all are dynamic (JSON-like) values.
 VARIABLES = ("object", "oldObject", "request", "workload", "oldWorkload", "params", "cluster", "variables")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class CelCompileError(Exception):
@@ -44,17 +46,88 @@ class Backend(Protocol):
 
 
 class _CppProgram:
-    __slots__ = ("_expr", "_error_type")
+    __slots__ = ("_expr", "_error_type", "_restore_none")
 
-    def __init__(self, expr: Any, error_type: Any) -> None:
+    def __init__(self, expr: Any, error_type: Any, restore_none: Any = None) -> None:
         self._expr = expr
         self._error_type = error_type
+        self._restore_none = restore_none
 
     def evaluate(self, activation: Any) -> Any:
         value = self._expr.eval(activation)
         if value.type() == self._error_type:
             raise CelEvalError(str(value.value()))
-        return value.plain_value()
+        result = value.plain_value()
+        if self._restore_none is not None and result is not True and result is not False:
+            self._restore_none(result)
+        return result
+
+
+def _none_slots(value: Any) -> int:
+    """How many references to None a plain value holds (itself, list items, map values)."""
+    if value is None:
+        return 1
+    cls = type(value)
+    if cls is dict:
+        items: Any = value.values()
+    elif cls is list:
+        items = value
+    else:
+        return 0
+    n = 0
+    for item in items:
+        if item is None:
+            n += 1
+        elif type(item) is dict or type(item) is list:
+            n += _none_slots(item)
+    return n
+
+
+def _none_restorer() -> Any:
+    """A function that gives None back the references a plain value holds to it.
+
+    cel-expr-python (up to at least 0.1.3) returns CEL null as a None it did not add a reference
+    to, in plain_value() and value(), at any depth. Before Python 3.12 None is an ordinary object:
+    every null an expression returns takes one from its reference count, and after a few thousand
+    admissions the interpreter aborts ("deallocating None"). The backend measures the leak once at
+    start-up and installs this restorer only when the runtime has it.
+    """
+    import ctypes
+
+    incref = ctypes.pythonapi.Py_IncRef
+    incref.argtypes = [ctypes.py_object]
+    incref.restype = None
+
+    def restore(value: Any) -> None:
+        for _ in range(_none_slots(value)):
+            incref(None)
+
+    return restore
+
+
+def _leaks_none(env: Any) -> bool:
+    """Whether this cel-expr-python drops a reference to None per null it returns (see above).
+
+    Probed rather than assumed, three times (another thread may touch None's count meanwhile);
+    giving None references it did not lose is harmless, missing a leak is not.
+    """
+    import sys
+
+    if sys.version_info >= (3, 12):  # None is immortal: its reference count never reaches zero
+        return False
+    expr = env.compile("[null, null, null, null, null, null, null, null]")  # 8 nulls a call
+    activation = env.Activation({})
+    expr.eval(activation)  # one-time allocations out of the way
+    calls = 4
+    restore = _none_restorer()
+    for _ in range(3):
+        before = sys.getrefcount(None)
+        for _ in range(calls):
+            expr.eval(activation).plain_value()
+        if before - sys.getrefcount(None) >= 8 * calls * 3 // 4:
+            restore([None] * (8 * calls))  # give back what this probe took
+            return True
+    return False
 
 
 class CppBackend:
@@ -66,19 +139,57 @@ class CppBackend:
 
         self._cel = cel
         self._env = cel.NewEnv(
-            variables={name: cel.Type.DYN for name in VARIABLES},
+            variables=dict.fromkeys(VARIABLES, cel.Type.DYN),
             extensions=[ext_strings.ExtStrings()],
         )
+        self._bind_env: Any = None  # built on first use by compile_with_variables()
+        self._restore_none = _none_restorer() if _leaks_none(self._env) else None
 
     def compile(self, expression: str) -> Program:
         try:
             expr = self._env.compile(expression)
         except RuntimeError as exc:
             raise _cpp_compile_error(str(exc)) from None
-        return _CppProgram(expr, self._cel.Type.ERROR)
+        return _CppProgram(expr, self._cel.Type.ERROR, self._restore_none)
 
     def activation(self, data: Mapping[str, Any]) -> Any:
         return self._env.Activation(dict(data))
+
+    def compile_with_variables(self, variables: Sequence[tuple[str, str]], body: str) -> Program | None:
+        """`body` with the policy's variables computed inside the same expression, or None.
+
+        The runtime converts a Python value to CEL on its first use in an activation, and the
+        conversion (about a microsecond per node of the workload view) costs more than most
+        evaluations. Binding `variables` with an activation per variable, as the generic path
+        does, converts everything again each time; here every variable is bound with cel.bind
+        (in order, each seeing the ones before it, as in the generic path) so that one activation
+        serves a whole request. Each value is dyn(), so that `variables` type-checks as the
+        dynamic map it is on the generic path. cel.bind is lazy: the result is
+        `[variables.size(), body]`, whose first item forces every variable, so a variable that
+        fails makes the whole result fail.
+
+        Only the engine's own rewriting uses cel.bind (a separate environment): policies cannot.
+        """
+        if not all(_IDENTIFIER.fullmatch(name) for name, _ in variables):
+            return None
+        if self._bind_env is None:
+            from cel_expr_python.ext import ext_bindings, ext_strings
+
+            self._bind_env = self._cel.NewEnv(
+                variables=dict.fromkeys(VARIABLES, self._cel.Type.DYN),
+                extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
+            )
+        source = "[variables.size(), (\n" + body + "\n)]"
+        for i in range(len(variables) - 1, -1, -1):
+            name, expression = variables[i]
+            earlier = ", ".join(f'"{n}": variables.{n}' for n, _ in variables[:i])
+            entries = (earlier + ", " if earlier else "") + f'"{name}": dyn(\n{expression}\n)'
+            source = f"cel.bind(variables, {{{entries}}}, {source})"
+        try:
+            expr = self._bind_env.compile(source)
+        except RuntimeError:
+            return None
+        return _CppProgram(expr, self._cel.Type.ERROR, self._restore_none)
 
 
 def _cpp_compile_error(text: str) -> CelCompileError:
@@ -195,6 +306,10 @@ class PyBackend:
     def activation(self, data: Mapping[str, Any]) -> Any:
         json_to_cel = self._celpy.json_to_cel
         return {k: json_to_cel(v) for k, v in data.items()}
+
+    def extend(self, activation: Any, name: str, value: Any) -> Any:
+        """`activation` with `name` bound to `value` too: only the new value is converted."""
+        return {**activation, **self.activation({name: value})}
 
 
 def make_backend(name: str | None = None) -> Backend:

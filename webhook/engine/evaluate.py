@@ -6,9 +6,11 @@ decide.py turns into deny or allow according to the policy's failurePolicy.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from webhook.engine.cel import Backend, CelEvalError
+from webhook.engine.cel import Backend, CelEvalError, Program
 from webhook.engine.compile import CompiledPolicy
 from webhook.engine.model import PolicyResult
 from webhook.engine.mutate import EditError, Patcher, flatten_edits
@@ -30,7 +32,100 @@ class Bindings:
         return self._activation
 
     def with_variables(self, values: dict[str, Any]) -> Any:
+        extend = getattr(self.backend, "extend", None)
+        if extend is not None:  # reuse what is already converted, convert `variables` only
+            return extend(self.activation(), "variables", values)
         return self.backend.activation({**self.data, "variables": values})
+
+
+@dataclass(frozen=True, slots=True)
+class _Bound:
+    """A policy's expressions with its variables bound inside each (see compile_with_variables).
+
+    `validations`/`mutations` evaluate to [n, [value of each expression, in order]]; messages and
+    fields are the validations' messageExpression/fieldExpression programs (None where absent).
+    """
+
+    validations: Program | None
+    messages: tuple[Program | None, ...]
+    fields: tuple[Program | None, ...]
+    mutations: Program | None
+
+
+# id(CompiledPolicy) -> (the policy, its bound programs or None when it has no fast path). The
+# policy is kept so that its id stays its own; a policy set that is replaced leaves its entries
+# until the cache is full, then the cache starts over.
+_BOUND: dict[int, tuple[CompiledPolicy, _Bound | None]] = {}
+_BOUND_LIMIT = 4096
+
+
+def prepare(policies: Iterable[CompiledPolicy], backend: Backend) -> None:
+    """Build the bound programs of policies with variables ahead of their first request."""
+    for cp in policies:
+        _bound(cp, backend)
+
+
+def _bound(cp: CompiledPolicy, backend: Backend) -> _Bound | None:
+    entry = _BOUND.get(id(cp))
+    if entry is not None and entry[0] is cp:
+        return entry[1]
+    bound = _bind(cp, backend)
+    if len(_BOUND) >= _BOUND_LIMIT:
+        _BOUND.clear()
+    _BOUND[id(cp)] = (cp, bound)
+    return bound
+
+
+def _bind(cp: CompiledPolicy, backend: Backend) -> _Bound | None:
+    compile_with_variables = getattr(backend, "compile_with_variables", None)
+    if compile_with_variables is None or not cp.variables:
+        return None
+    policy = cp.policy
+    variables = [(v.name, v.expression.source) for v in policy.variables]
+
+    def bound(source: str) -> Program:
+        program: Program | None = compile_with_variables(variables, source)
+        if program is None:
+            raise _NoFastPath
+        return program
+
+    def optional(expression: Any) -> Program | None:
+        return _Value(bound(expression.source)) if expression is not None else None
+
+    try:
+        validations = mutations = None
+        if policy.validations:
+            validations = bound(
+                "[" + ", ".join(f"(\n{v.expression.source}\n)" for v in policy.validations) + "]"
+            )
+        if policy.mutations:
+            mutations = bound(
+                "[" + ", ".join(f"(\n{m.patch_expression.source}\n)" for m in policy.mutations) + "]"
+            )
+        return _Bound(
+            validations=validations,
+            messages=tuple(optional(v.message_expression) for v in policy.validations),
+            fields=tuple(optional(v.field_expression) for v in policy.validations),
+            mutations=mutations,
+        )
+    except Exception:  # _NoFastPath, or anything the rewriting trips on: the generic path serves
+        return None
+
+
+class _NoFastPath(Exception):
+    pass
+
+
+class _Value:
+    """A bound program of one expression: its value (the second item of what it returns)."""
+
+    __slots__ = ("_program",)
+
+    def __init__(self, program: Program) -> None:
+        self._program = program
+
+    def evaluate(self, activation: Any) -> Any:
+        return self._program.evaluate(activation)[1]
 
 
 class _Failed(Exception):
@@ -49,15 +144,35 @@ def _eval(program: Any, activation: Any, where: str) -> Any:
         raise _Failed(where, f"{type(exc).__name__}: {exc}") from None
 
 
-def _prepare(cp: CompiledPolicy, bindings: Bindings) -> Any | None:
-    """The activation to evaluate the policy with, or None when a matchCondition is false."""
+def _conditions_met(cp: CompiledPolicy, bindings: Bindings) -> bool:
     activation = bindings.activation()
     for name, program in cp.conditions:
         value = _eval(program, activation, f"matchConditions[{name}]")
         if value is not True:
             if value is False:
-                return None
+                return False
             raise _Failed(f"matchConditions[{name}]", f"must be a bool, got {value!r}")
+    return True
+
+
+def _bound_values(program: Program | None, bindings: Bindings, count: int) -> list[Any] | None:
+    """The values of a policy's expressions through its bound program; None: take the generic
+    path (no bound program, or an evaluation error, which the generic path attributes exactly)."""
+    if program is None:
+        return None
+    try:
+        result = program.evaluate(bindings.activation())
+    except Exception:
+        return None
+    if not (isinstance(result, list) and len(result) == 2 and isinstance(result[1], list)):
+        return None
+    values: list[Any] = result[1]
+    return values if len(values) == count else None
+
+
+def _with_variables(cp: CompiledPolicy, bindings: Bindings) -> Any:
+    """The activation to evaluate the policy with, its variables evaluated one by one, in order."""
+    activation = bindings.activation()
     if cp.variables:
         values: dict[str, Any] = {}
         for name, program in cp.variables:
@@ -69,25 +184,41 @@ def _prepare(cp: CompiledPolicy, bindings: Bindings) -> Any | None:
 
 def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
     try:
-        activation = _prepare(cp, bindings)
-        if activation is None:
+        bound = _bound(cp, bindings.backend) if cp.variables else None
+        if not _conditions_met(cp, bindings):
             return PolicyResult(cp.name, "skip", ("matchConditions not met",))
+        checks = _bound_values(bound.validations if bound else None, bindings, len(cp.validations))
+        if bound is not None and checks is not None:
+            # The variables are bound inside each program: the request's one activation serves.
+            activation = bindings.activation()
+            message_programs: Sequence[Program | None] = bound.messages
+            field_programs: Sequence[Program | None] = bound.fields
+        else:
+            activation = _with_variables(cp, bindings)
+            message_programs = [v.message_program for v in cp.validations]
+            field_programs = [v.field_program for v in cp.validations]
         messages: list[str] = []
         fields: list[str] = []
         for i, v in enumerate(cp.validations):
-            ok = _eval(v.check, activation, f"validations[{i}].expression")
+            ok = (
+                checks[i]
+                if checks is not None
+                else _eval(v.check, activation, f"validations[{i}].expression")
+            )
             if ok is True:
                 continue
             if ok is not False:
                 raise _Failed(f"validations[{i}].expression", f"must be a bool, got {ok!r}")
             message = v.message or ""
-            if v.message_program is not None:
-                value = _eval(v.message_program, activation, f"validations[{i}].messageExpression")
+            message_program = message_programs[i]
+            if message_program is not None:
+                value = _eval(message_program, activation, f"validations[{i}].messageExpression")
                 if isinstance(value, str) and value.strip():
                     message = value  # VAP semantics: an empty messageExpression falls back
             field = v.field
-            if v.field_program is not None:
-                value = _eval(v.field_program, activation, f"validations[{i}].fieldExpression")
+            field_program = field_programs[i]
+            if field_program is not None:
+                value = _eval(field_program, activation, f"validations[{i}].fieldExpression")
                 field = value if isinstance(value, str) and value else field
             messages.append(message)
             fields.append(field or "")
@@ -100,14 +231,19 @@ def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
 
 def mutate(cp: CompiledPolicy, bindings: Bindings, patcher: Patcher) -> PolicyResult:
     try:
-        activation = _prepare(cp, bindings)
-        if activation is None:
+        bound = _bound(cp, bindings.backend) if cp.variables else None
+        if not _conditions_met(cp, bindings):
             return PolicyResult(cp.name, "skip", ("matchConditions not met",))
+        values = _bound_values(bound.mutations if bound else None, bindings, len(cp.mutations))
+        activation = None if values is not None else _with_variables(cp, bindings)
         # Evaluate every expression before touching the object, and roll back a policy whose
         # edits do not apply: a policy's edits land whole or not at all.
         edits = []
-        for name, program in cp.mutations:
-            value = _eval(program, activation, f"mutations[{name}].patchExpression")
+        for i, (name, program) in enumerate(cp.mutations):
+            if values is not None:
+                value = values[i]
+            else:
+                value = _eval(program, activation, f"mutations[{name}].patchExpression")
             try:
                 edits.append((name, flatten_edits(value)))
             except EditError as exc:

@@ -168,9 +168,7 @@ class Workload:
 
     @property
     def torchrun(self) -> tuple[tuple[PodGroup, Container, TorchrunSpec], ...]:
-        return tuple(
-            (g, c, c.torchrun) for g in self.groups for c in g.containers if c.torchrun is not None
-        )
+        return tuple((g, c, c.torchrun) for g in self.groups for c in g.containers if c.torchrun is not None)
 
     def view(self) -> dict[str, Any]:
         """The CEL `workload` variable: plain JSON-like data, camelCase keys.
@@ -234,11 +232,36 @@ def _camel(name: str) -> str:
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 
 
+# The view is built for every admission (twice when a mutation changes the object): the type
+# dispatch below avoids is_dataclass()/fields()/_camel() per value, with the same result.
+_SCALARS = frozenset((str, int, float, bool, type(None)))
+_VIEW_FIELDS: dict[type, tuple[tuple[str, str], ...] | None] = {}  # None: not a dataclass
+
+
+def _view_fields(cls: type) -> tuple[tuple[str, str], ...] | None:
+    """(attribute, camelCase key) of each field of a dataclass type, else None; computed once."""
+    try:
+        return _VIEW_FIELDS[cls]
+    except KeyError:
+        pass
+    names = tuple((f.name, _camel(f.name)) for f in fields(cls)) if is_dataclass(cls) else None
+    _VIEW_FIELDS[cls] = names
+    return names
+
+
 def _to_view(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return {_camel(f.name): _to_view(getattr(value, f.name)) for f in fields(value)}
+    cls = type(value)
+    if cls in _SCALARS:
+        return value
+    names = _view_fields(cls)
+    if names is not None:
+        out = {}
+        for name, key in names:
+            v = getattr(value, name)
+            out[key] = v if type(v) in _SCALARS else _to_view(v)
+        return out
     if isinstance(value, tuple | list):
-        return [_to_view(v) for v in value]
+        return [v if type(v) in _SCALARS else _to_view(v) for v in value]
     if isinstance(value, dict):
-        return {k: _to_view(v) for k, v in value.items()}
+        return {k: v if type(v) in _SCALARS else _to_view(v) for k, v in value.items()}
     return value
