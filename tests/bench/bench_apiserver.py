@@ -1,0 +1,316 @@
+"""Through a real API server: the latency trainguard's webhooks add to creating Pods and Jobs.
+
+One control plane (etcd + kube-apiserver from tests/e2e/controlplane.py), one `trainguard serve`
+and one no-op webhook (noop_app.py, the HTTP floor) on 127.0.0.1. Two pairs of webhook
+configurations, rendered by `trainguard webhook-config --url` and applied as a cluster admin
+would, split the namespaces with `--exclude-namespace`: "on" is sent to trainguard, "noop" to the
+no-op webhook, "off" to neither. The same API server, client and objects are measured in the
+three, batch by batch, alternating. The client is the `kubernetes` Python client, one ApiClient
+shared by a thread pool per concurrency level; its own cost is in every arm alike. trainguard's
+request counter confirms that "on" reached it and the others did not; the API server's own
+histogram of webhook call durations says what each call cost as it saw it.
+
+    python tests/bench/bench_apiserver.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import copy
+import json
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import common
+import servers
+import yaml
+from common import REPO, log, median, percentile, table
+
+sys.path.append(str(REPO))  # tests.e2e (after any PYTHONPATH, which may name other code)
+
+
+def _objects() -> dict[str, dict[str, Any]]:
+    pod = common.big_training_pod()
+    meta = pod["metadata"]
+    for key in ("name", "namespace", "uid", "creationTimestamp", "managedFields"):
+        meta.pop(key, None)
+    meta["generateName"] = "llama-70b-pretrain-worker-"
+    pod["spec"].pop("hostname", None)
+    job: dict[str, Any] = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        # A name, not generateName: the topology mutation derives a label value from the name, and
+        # from a generateName ("finetune-") that value is not a valid label (the API server refuses).
+        "metadata": {
+            "name": "finetune",
+            "labels": {"trainguard.dev/tier": "guaranteed", "kueue.x-k8s.io/queue-name": "research"},
+        },
+        "spec": {
+            "parallelism": 4,
+            "completions": 4,
+            "completionMode": "Indexed",
+            "backoffLimit": 3,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [copy.deepcopy(pod["spec"]["containers"][0])],
+                    "volumes": copy.deepcopy(pod["spec"]["volumes"]),
+                }
+            },
+        },
+    }
+    job["spec"]["template"]["spec"]["containers"][0]["args"][0] = "--nnodes=4"
+    return {"Pod": pod, "Job": job}
+
+
+def _metric(url: str, ca: Path, name: str) -> float:
+    context = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=5) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    from tests.e2e.binaries import BuildError, ensure_binaries
+    from tests.e2e.controlplane import ControlPlane
+
+    try:
+        binaries = ensure_binaries()
+    except BuildError as exc:
+        print(f"API server benchmark skipped: the kube-apiserver/etcd binaries cannot be built: {exc}\n")
+        return {"apiserver_skipped": str(exc)[:200]}
+    concurrencies = [1, 8] if quick else [1, 8, 32]
+    per_batch = {1: 12, 8: 32} if quick else {1: 40, 8: 120, 32: 192}
+    rounds = 1 if quick else 3
+    objects = _objects()
+    latencies: dict[tuple[str, str, int], list[float]] = {}
+    arms = (("off", "bench-off"), ("noop", "bench-noop"), ("on", "bench-on"))
+    with tempfile.TemporaryDirectory(prefix="trainguard-bench-apiserver-") as tmp:
+        work = Path(tmp)
+        certs = servers.make_certs(work / "certs")
+        tg = servers.trainguard_server(servers.free_port(), certs, work / "trainguard.log")
+        noop = servers.noop_server(servers.free_port(), certs, work / "noop.log")
+        log("apiserver: starting etcd + kube-apiserver …")
+        with ControlPlane(binaries) as plane, tg, noop:
+            for name, url, others in (
+                ("trainguard", tg.url, ("bench-off", "bench-noop")),
+                ("noop", noop.url, ("bench-off", "bench-on")),
+            ):
+                excluded = [arg for ns in others for arg in ("--exclude-namespace", ns)]
+                rendered = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "webhook",
+                        "webhook-config",
+                        "--certs",
+                        str(certs),
+                        "--url",
+                        url,
+                        "--name",
+                        name,
+                        *excluded,
+                        "-o",
+                        "yaml",
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                    env=servers.python_env(),
+                    timeout=60,
+                ).stdout
+                if name == "noop":  # its own webhook names, so that the API server's metrics tell them apart
+                    docs = list(yaml.safe_load_all(rendered))
+                    for doc in docs:
+                        for hook in doc.get("webhooks", []):
+                            hook["name"] = hook["name"].replace(".trainguard.dev", ".noop.trainguard.dev")
+                    rendered = yaml.safe_dump_all(docs)
+                plane.kubectl("apply", "-f", "-", input=rendered)
+            for _, ns in arms:
+                plane.kubectl("create", "namespace", ns)
+            k8s_config.load_kube_config(config_file=str(plane.kubeconfig))
+            configuration = k8s.Configuration.get_default_copy()
+            configuration.connection_pool_maxsize = max(concurrencies) + 4
+            api_client = k8s.ApiClient(configuration)
+            core, batch = k8s.CoreV1Api(api_client), k8s.BatchV1Api(api_client)
+            serial = iter(range(10**9))
+
+            def create(kind: str, ns: str) -> float:
+                body = objects[kind]
+                if kind == "Job":
+                    body = {**body, "metadata": {**body["metadata"], "name": f"finetune-{next(serial)}"}}
+                t0 = time.perf_counter()
+                if kind == "Pod":
+                    core.create_namespaced_pod(ns, body)
+                else:
+                    batch.create_namespaced_job(ns, body)
+                return (time.perf_counter() - t0) * 1000
+
+            def batch_run(kind: str, ns: str, conc: int, n: int) -> list[float]:
+                with concurrent.futures.ThreadPoolExecutor(conc) as pool:
+                    return list(pool.map(lambda _: create(kind, ns), range(n), timeout=300))
+
+            # Warm-up: connections, the API server's caches, the webhooks' first requests; and
+            # wait until the API server's webhook informer has the configurations.
+            deadline = time.monotonic() + 60
+            before = _metric(tg.url, tg.ca, "trainguard_admission_requests_total")
+            while time.monotonic() < deadline:
+                create("Pod", "bench-on")
+                if _metric(tg.url, tg.ca, "trainguard_admission_requests_total") > before:
+                    break
+                time.sleep(0.5)
+            else:
+                raise RuntimeError("the API server never called the webhook")
+            for kind in objects:
+                for _, ns in arms:
+                    batch_run(kind, ns, 4, 20)
+            webhook_before = _apiserver_webhook_seconds(plane)
+            calls: dict[str, float] = {}
+            for r in range(rounds):
+                for conc in concurrencies:
+                    for kind in objects:
+                        for arm, ns in arms:
+                            c0 = _metric(tg.url, tg.ca, "trainguard_admission_requests_total")
+                            latencies.setdefault((kind, arm, conc), []).extend(
+                                batch_run(kind, ns, conc, per_batch[conc])
+                            )
+                            calls[arm] = (
+                                calls.get(arm, 0)
+                                + _metric(tg.url, tg.ca, "trainguard_admission_requests_total")
+                                - c0
+                            )
+                log(f"apiserver: round {r + 1}/{rounds} done")
+            webhook_after = _apiserver_webhook_seconds(plane)
+            own = _histogram(tg.url, tg.ca, "trainguard_admission_duration_seconds")
+            api_client.close()
+    rows = []
+    overhead: dict[str, list[float]] = {"p50": [], "p99": [], "p50_noop": [], "p99_noop": []}
+    for conc in concurrencies:
+        for kind in objects:
+            off, nop, on = (sorted(latencies[(kind, arm, conc)]) for arm in ("off", "noop", "on"))
+            p50, p99 = percentile(on, 50) - percentile(off, 50), percentile(on, 99) - percentile(off, 99)
+            overhead["p50"].append(p50)
+            overhead["p99"].append(p99)
+            overhead["p50_noop"].append(percentile(on, 50) - percentile(nop, 50))
+            overhead["p99_noop"].append(percentile(on, 99) - percentile(nop, 99))
+            rows.append(
+                [
+                    kind,
+                    conc,
+                    len(on),
+                    percentile(off, 50),
+                    percentile(nop, 50),
+                    percentile(on, 50),
+                    p50,
+                    percentile(off, 99),
+                    percentile(nop, 99),
+                    percentile(on, 99),
+                    p99,
+                ]
+            )
+    print(
+        table(
+            "API server: create latency, ms; webhooks not called (off), no-op webhooks (noop), "
+            f"trainguard (on); "
+            f"{rounds} alternating rounds",
+            [
+                "kind",
+                "conc",
+                "n/arm",
+                "p50 off",
+                "p50 noop",
+                "p50 on",
+                "p50 added",
+                "p99 off",
+                "p99 noop",
+                "p99 on",
+                "p99 added",
+            ],
+            rows,
+        )
+    )
+    on_creates = sum(len(v) for (k, a, c), v in latencies.items() if a == "on")
+    per_request = calls.get("on", 0) / max(1, on_creates)
+    print(
+        f"trainguard calls per create: on {per_request:.2f} (mutate + validate), others "
+        f"{calls.get('off', 0) + calls.get('noop', 0):.0f} in total"
+    )
+    call_rows = []
+    for key in sorted(webhook_after):
+        s_after, n_after = webhook_after[key]
+        s_before, n_before = webhook_before.get(key, (0.0, 0.0))
+        n = n_after - n_before
+        if n > 0:
+            call_rows.append([key, int(n), (s_after - s_before) / n * 1000])
+    if own[1]:
+        call_rows.append(
+            ["trainguard's own handler time (its histogram, all calls)", int(own[1]), own[0] / own[1] * 1000]
+        )
+    print(
+        table(
+            "Webhook calls as the API server timed them (mean ms per call)",
+            ["webhook", "calls", "mean ms"],
+            call_rows,
+        )
+    )
+    return {
+        "apiserver_p50_overhead_ms": round(median(overhead["p50"]), 3),
+        "apiserver_p99_overhead_ms": round(median(overhead["p99"]), 3),
+        "apiserver_p99_overhead_worst_ms": round(max(overhead["p99"]), 3),
+        "apiserver_p50_overhead_vs_noop_ms": round(median(overhead["p50_noop"]), 3),
+        "apiserver_p99_overhead_vs_noop_ms": round(median(overhead["p99_noop"]), 3),
+        "apiserver_rows": [
+            {
+                "kind": r[0],
+                "concurrency": r[1],
+                "p50_off": round(r[3], 2),
+                "p50_noop": round(r[4], 2),
+                "p50_on": round(r[5], 2),
+                "p99_off": round(r[7], 2),
+                "p99_noop": round(r[8], 2),
+                "p99_on": round(r[9], 2),
+            }
+            for r in rows
+        ],
+        "apiserver_webhook_call_ms": {r[0]: round(r[2], 3) for r in call_rows},
+        "apiserver_webhook_calls_per_create": round(per_request, 2),
+    }
+
+
+def _apiserver_webhook_seconds(plane: Any) -> dict[str, tuple[float, float]]:
+    """webhook name -> (sum seconds, count) of apiserver_admission_webhook_admission_duration_seconds."""
+    status, raw = plane._get("/metrics")
+    out: dict[str, list[float]] = {}
+    for line in raw.decode().splitlines():
+        for suffix, index in (("_sum{", 0), ("_count{", 1)):
+            prefix = "apiserver_admission_webhook_admission_duration_seconds" + suffix
+            if line.startswith(prefix):
+                name = line.split('name="', 1)[1].split('"', 1)[0]
+                out.setdefault(name, [0.0, 0.0])[index] += float(line.rsplit(" ", 1)[1])
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _histogram(url: str, ca: Path, name: str) -> tuple[float, float]:
+    return _metric(url, ca, name + "_sum"), _metric(url, ca, name + "_count")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(json.dumps(run(args.quick)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

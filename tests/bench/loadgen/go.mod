@@ -1,0 +1,3 @@
+module trainguard.dev/bench/loadgen
+
+go 1.22
