@@ -217,12 +217,17 @@ def field_path(pointer: str) -> str:
 
 
 def pod_label_value(name: str) -> str:
-    """A label value (<= 63 chars) that identifies the workload's pods for affinity selectors."""
-    if len(name) <= 63:
-        return name
+    """A valid label value (<= 63 chars, alphanumeric at both ends) naming the workload's pods.
+
+    "" when the name has nothing to build one from. A `generateName: train-` object reaches the
+    mutating webhook before the API server picks its name, so "train-" stands for the family.
+    """
+    value = name.strip("-._")
+    if len(value) <= 63:
+        return value
     import hashlib
 
-    return name[:52].rstrip("-.") + "-" + hashlib.sha256(name.encode()).hexdigest()[:10]
+    return value[:52].rstrip("-._") + "-" + hashlib.sha256(value.encode()).hexdigest()[:10]
 
 
 def _camel(name: str) -> str:
