@@ -40,10 +40,13 @@ class Container:
     pointer: str  # JSON pointer of the container object
     gpus: int  # whole accelerators + MIG slices requested (limits, else requests)
     accelerators: dict[str, int]  # accelerator resource name -> count
-    command: tuple[str, ...]
-    args: tuple[str, ...]
-    env: dict[str, str | None]  # literal env values; valueFrom entries map to None
-    torchrun: TorchrunSpec | None = None
+    # The raw launch line and environment stay out of the CEL view (policies read `object` for
+    # them, and the parsed torchrun facts from `workload.torchrun`): converting a few hundred env
+    # values into CEL on every admission would cost more than the policies themselves.
+    command: tuple[str, ...] = field(metadata={"view": False})
+    args: tuple[str, ...] = field(metadata={"view": False})
+    env: dict[str, str | None] = field(metadata={"view": False})  # valueFrom entries map to None
+    torchrun: TorchrunSpec | None = field(default=None, metadata={"view": False})
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +176,9 @@ class Workload:
     def view(self) -> dict[str, Any]:
         """The CEL `workload` variable: plain JSON-like data, camelCase keys.
 
-        Besides the fields, it carries what policies need to write good messages: each group's
+        Containers carry name, pointer and accelerators, not their raw command line and env
+        (those are on `object`; torchrun's parsed facts are in `torchrun`). Besides the fields,
+        it carries what policies need to write good messages: each group's
         `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template." or "" for a Pod) and each
         torchrun entry's container field path.
         """
@@ -249,7 +254,11 @@ def _view_fields(cls: type) -> tuple[tuple[str, str], ...] | None:
         return _VIEW_FIELDS[cls]
     except KeyError:
         pass
-    names = tuple((f.name, _camel(f.name)) for f in fields(cls)) if is_dataclass(cls) else None
+    names = (
+        tuple((f.name, _camel(f.name)) for f in fields(cls) if f.metadata.get("view", True))
+        if is_dataclass(cls)
+        else None
+    )
     _VIEW_FIELDS[cls] = names
     return names
 
