@@ -214,13 +214,13 @@ class _PyProgram:
         self._program = program
 
     def evaluate(self, activation: Any) -> Any:
-        import celpy
+        from celpy.evaluation import CELEvalError
 
         try:
             result = self._program.evaluate(activation)
-        except celpy.CELEvalError as exc:
+        except CELEvalError as exc:
             raise CelEvalError(str(exc.args[0] if exc.args else exc)) from None
-        if isinstance(result, celpy.CELEvalError):
+        if isinstance(result, CELEvalError):
             raise CelEvalError(str(result.args[0] if result.args else result))
         return _plain(result)
 
@@ -287,14 +287,20 @@ class PyBackend:
 
         # cel-python logs every evaluation error at ERROR level; we report them ourselves.
         logging.getLogger("celpy").setLevel(logging.CRITICAL)
+        from celpy.adapter import json_to_cel
+        from celpy.celparser import CELParseError
+
         self._celpy = celpy
+        self._parse_error = CELParseError
+        self._json_to_cel = json_to_cel
         self._env = celpy.Environment()
 
     def compile(self, expression: str) -> Program:
         try:
             ast = self._env.compile(expression)
-            return _PyProgram(self._env.program(ast, functions=_PY_FUNCTIONS))
-        except self._celpy.CELParseError as exc:
+            functions: Any = _PY_FUNCTIONS
+            return _PyProgram(self._env.program(ast, functions=functions))
+        except self._parse_error as exc:
             position = None
             if getattr(exc, "line", None) is not None:
                 position = f"line {exc.line}, column {exc.column}"
@@ -304,7 +310,7 @@ class PyBackend:
             raise CelCompileError(str(exc).splitlines()[0]) from None
 
     def activation(self, data: Mapping[str, Any]) -> Any:
-        json_to_cel = self._celpy.json_to_cel
+        json_to_cel = self._json_to_cel
         return {k: json_to_cel(v) for k, v in data.items()}
 
     def extend(self, activation: Any, name: str, value: Any) -> Any:

@@ -96,7 +96,9 @@ class Engine:
                 "dryRun": inp.dry_run,
             },
             "params": self.config.params(),
-            "cluster": {"priorityClasses": {**(self.config.raw["tiers"].get("values") or {}), **self.priority_classes}},
+            "cluster": {
+                "priorityClasses": {**(self.config.raw["tiers"].get("values") or {}), **self.priority_classes}
+            },
             "variables": {},
         }
         evaluated: list[tuple[Policy, PolicyResult]] = []
@@ -105,7 +107,9 @@ class Engine:
 
         patcher = Patcher(obj)
         if mutate:
-            bindings = evaluate.Bindings(self.policies.backend, {**base, "object": obj, "workload": workload.view()})
+            bindings = evaluate.Bindings(
+                self.policies.backend, {**base, "object": obj, "workload": workload.view()}
+            )
             for cp in self._mutating:
                 result = run(cp, workload, inp.operation, namespace, now, bindings, patcher)
                 evaluated.append((cp.policy, result))
@@ -157,7 +161,11 @@ class Engine:
         for exception in self.exceptions:
             justification = exception.exempts(cp.name, workload, namespace, now)
             if justification is not None:
-                result = evaluate.mutate(cp, bindings, Patcher(patcher.doc)) if patcher else evaluate.validate(cp, bindings)
+                result = (
+                    evaluate.mutate(cp, bindings, Patcher(patcher.doc))
+                    if patcher
+                    else evaluate.validate(cp, bindings)
+                )
                 return PolicyResult(cp.name, "exempt", result.messages, result.fields, (), justification)
         if patcher is not None:
             return evaluate.mutate(cp, bindings, patcher)
