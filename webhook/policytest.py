@@ -45,6 +45,7 @@ from webhook.engine.load import default_policies_dir
 from webhook.engine.model import Outcome
 from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.errors import ConfigError, InputError, PolicyError
+from webhook.fieldreader import FieldReader
 
 API_VERSION = "trainguard.dev/v1alpha1"
 KIND = "PolicyTest"
@@ -168,42 +169,13 @@ def _is_test_file(path: Path) -> bool:
     return re.search(r"^kind:\s*['\"]?PolicyTest['\"]?\s*$", text, re.MULTILINE) is not None
 
 
-class _Reader:
+class _Reader(FieldReader):
     def __init__(self, path: Path) -> None:
         self.path = path
         self.base = path.parent
 
     def fail(self, message: str, field: str | None = None) -> InputError:
         return InputError(message, source=str(self.path), field=field)
-
-    def mapping(self, value: Any, field: str, allowed: set[str] | None = None) -> dict[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(f"must be a mapping, got {type(value).__name__}", field)
-        if allowed is not None:
-            unknown = sorted(str(k) for k in set(value) - allowed)
-            if unknown:
-                raise self.fail(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(allowed))})", field)
-        return value
-
-    def string(self, value: Any, field: str, *, required: bool = False) -> str | None:
-        if value is None:
-            if required:
-                raise self.fail("is required", field)
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail("must be a non-empty string", field)
-        return value
-
-    def items(self, value: Any, field: str, *, required: bool = False) -> list[Any]:
-        if value is None:
-            if required:
-                raise self.fail("is required (a non-empty list)", field)
-            return []
-        if not isinstance(value, list) or (required and not value):
-            raise self.fail("must be a non-empty list", field)
-        return value
 
     def file(self, value: str, field: str) -> Path:
         path = (self.base / value).resolve() if not Path(value).is_absolute() else Path(value)

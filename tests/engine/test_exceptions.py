@@ -301,7 +301,7 @@ def _broken(**changes: Any) -> dict[str, Any]:
     [
         pytest.param(_broken(spec__policies=...), "field spec.policies: is required", id="no-policies"),
         pytest.param(
-            _broken(spec__policies=[]), "field spec.policies: must not be empty", id="empty-policies"
+            _broken(spec__policies=[]), "field spec.policies: must be a non-empty list", id="empty-policies"
         ),
         pytest.param(
             _broken(spec__justification=...), "field spec.justification: is required", id="no-justification"

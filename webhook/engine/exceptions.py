@@ -32,6 +32,7 @@ from typing import Any
 
 from webhook.documents import load_yaml_documents
 from webhook.errors import InputError, PolicyError
+from webhook.fieldreader import FieldReader, type_name
 from webhook.workloads.model import Workload
 
 API_VERSION = "trainguard.dev/v1alpha1"
@@ -159,7 +160,7 @@ def exemption_for(
 # Loading
 
 
-class _Reader:
+class _Reader(FieldReader):
     """Typed access to one PolicyException document, with errors that name file and field."""
 
     def __init__(self, path: str, where: str) -> None:
@@ -168,44 +169,6 @@ class _Reader:
 
     def fail(self, message: str, field: str) -> PolicyError:
         return PolicyError(message, path=self.path, position=f"{self.where}, field {field}")
-
-    def mapping(self, value: Any, field: str, allowed: set[str], *, required: bool = False) -> dict[str, Any]:
-        if value is None:
-            if required:
-                raise self.fail("is required", field)
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(f"must be a mapping, got {_type(value)}", field)
-        unknown = sorted(str(k) for k in set(value) - allowed)
-        if unknown:
-            raise self.fail(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(allowed))})", field)
-        return value
-
-    def string(self, value: Any, field: str, *, required: bool = False) -> str | None:
-        if value is None:
-            if required:
-                raise self.fail("is required", field)
-            return None
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail("must be a non-empty string", field)
-        return value
-
-    def strings(self, value: Any, field: str, *, required: bool = False) -> tuple[str, ...]:
-        if value is None:
-            if required:
-                raise self.fail("is required (a non-empty list)", field)
-            return ()
-        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-            raise self.fail("must be a list of non-empty strings", field)
-        if required and not value:
-            raise self.fail("must not be empty", field)
-        return tuple(value)
-
-
-def _type(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
 
 
 def parse_exception(doc: Any, path: str, index: int = 1) -> PolicyException:
@@ -290,10 +253,12 @@ def _selector(r: _Reader, raw: Any) -> LabelSelector:
     sel = r.mapping(raw, field, _SELECTOR_FIELDS)
     labels = sel.get("matchLabels") or {}
     if not isinstance(labels, dict):
-        raise r.fail(f"must be a mapping, got {_type(labels)}", f"{field}.matchLabels")
+        raise r.fail(f"must be a mapping, got {type_name(labels)}", f"{field}.matchLabels")
     for key, value in labels.items():
         if not isinstance(value, str):
-            raise r.fail(f"label {key!r} must map to a string, got {_type(value)}", f"{field}.matchLabels")
+            raise r.fail(
+                f"label {key!r} must map to a string, got {type_name(value)}", f"{field}.matchLabels"
+            )
     expressions = []
     raw_exprs = sel.get("matchExpressions")
     if raw_exprs is not None and not isinstance(raw_exprs, list):

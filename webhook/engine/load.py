@@ -25,6 +25,7 @@ from webhook.engine.model import (
     Validation,
 )
 from webhook.errors import InputError, PolicyError
+from webhook.fieldreader import FieldReader
 
 API_VERSION = "trainguard.dev/v1alpha1"
 KIND = "TrainingPolicy"
@@ -80,45 +81,15 @@ def policy_files(paths: Iterable[str | Path]) -> list[Path]:
     return files
 
 
-class _Reader:
+class _Reader(FieldReader):
     """Typed access to one policy document's fields, with errors that say where."""
 
     def __init__(self, path: str, policy: str) -> None:
         self.path = path
         self.policy = policy
 
-    def fail(self, message: str, where: str) -> PolicyError:
-        return PolicyError(message, path=self.path, policy=self.policy, position=where)
-
-    def mapping(self, value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            raise self.fail(f"must be a mapping, got {type(value).__name__}", where)
-        unknown = sorted(set(value) - allowed)
-        if unknown:
-            raise self.fail(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(allowed))})", where)
-        return value
-
-    def string(self, value: Any, where: str, *, required: bool = False) -> str | None:
-        if value is None:
-            if required:
-                raise self.fail("is required", where)
-            return None
-        if not isinstance(value, str) or (required and not value.strip()):
-            raise self.fail("must be a non-empty string", where)
-        return value
-
-    def strings(self, value: Any, where: str, allowed: set[str] | None = None) -> tuple[str, ...]:
-        if value is None:
-            return ()
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail("must be a list of strings", where)
-        if allowed is not None:
-            bad = [v for v in value if v not in allowed]
-            if bad:
-                raise self.fail(f"{bad[0]!r} is not one of {', '.join(sorted(allowed))}", where)
-        return tuple(value)
+    def fail(self, message: str, field: str) -> PolicyError:
+        return PolicyError(message, path=self.path, policy=self.policy, position=field)
 
     def expression(self, value: Any, where: str) -> Expression:
         return Expression(self.string(value, where, required=True) or "", where)

@@ -1,0 +1,66 @@
+"""Strict, typed reading of the YAML documents trainguard defines (policies, exceptions, tests).
+
+A typo (`validation:` for `validations:`) must be an error naming the file and the field, never a
+document that silently means less. Each document kind subclasses FieldReader and says, in
+fail(), which error to raise and how to locate it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def type_name(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
+        type(value), type(value).__name__
+    )
+
+
+class FieldReader:
+    def fail(self, message: str, field: str) -> Exception:
+        raise NotImplementedError
+
+    def mapping(
+        self, value: Any, field: str, allowed: set[str] | None = None, *, required: bool = False
+    ) -> dict[str, Any]:
+        if value is None:
+            if required:
+                raise self.fail("is required", field)
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail(f"must be a mapping, got {type_name(value)}", field)
+        if allowed is not None:
+            unknown = sorted(str(k) for k in set(value) - allowed)
+            if unknown:
+                raise self.fail(f"unknown field {unknown[0]!r} (known: {', '.join(sorted(allowed))})", field)
+        return value
+
+    def string(self, value: Any, field: str, *, required: bool = False) -> str | None:
+        if value is None:
+            if required:
+                raise self.fail("is required", field)
+            return None
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail("must be a non-empty string", field)
+        return value
+
+    def items(self, value: Any, field: str, *, required: bool = False) -> list[Any]:
+        if value is None:
+            if required:
+                raise self.fail("is required (a non-empty list)", field)
+            return []
+        if not isinstance(value, list) or (required and not value):
+            raise self.fail("must be a non-empty list" if required else "must be a list", field)
+        return value
+
+    def strings(
+        self, value: Any, field: str, allowed: set[str] | None = None, *, required: bool = False
+    ) -> tuple[str, ...]:
+        items = self.items(value, field, required=required)
+        if not all(isinstance(v, str) and v.strip() for v in items):
+            raise self.fail("must be a list of non-empty strings", field)
+        if allowed is not None:
+            bad = [v for v in items if v not in allowed]
+            if bad:
+                raise self.fail(f"{bad[0]!r} is not one of {', '.join(sorted(allowed))}", field)
+        return tuple(items)
