@@ -11,7 +11,12 @@ from webhook.engine.cel import CelCompileError, CelEvalError, make_backend
 
 BACKENDS = ("cel-expr-python", "cel-python")
 DATA: dict[str, Any] = {
-    "workload": {"elastic": None, "gang": {"min": 3, "mechanisms": ["kueue"]}, "name": "j", "groups": [{"n": 1}, {"n": 2}]},
+    "workload": {
+        "elastic": None,
+        "gang": {"min": 3, "mechanisms": ["kueue"]},
+        "name": "j",
+        "groups": [{"n": 1}, {"n": 2}],
+    },
 }
 
 
@@ -27,7 +32,11 @@ DATA: dict[str, Any] = {
         pytest.param('workload.gang.mechanisms.join(", ")', "kueue", id="join"),
         pytest.param("workload.groups.map(g, g.n * 2)", [2, 4], id="map-macro"),
         pytest.param("workload.groups.filter(g, g.n > 1).size()", 1, id="filter-size"),
-        pytest.param('[{"op": "set", "value": 1}, {"op": "merge", "value": "x"}]', [{"op": "set", "value": 1}, {"op": "merge", "value": "x"}], id="heterogeneous-maps"),
+        pytest.param(
+            '[{"op": "set", "value": 1}, {"op": "merge", "value": "x"}]',
+            [{"op": "set", "value": 1}, {"op": "merge", "value": "x"}],
+            id="heterogeneous-maps",
+        ),
     ],
 )
 def test_backends_agree_on_the_subset_policies_use(backend: str, expression: str, value: Any) -> None:
