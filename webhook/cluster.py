@@ -183,11 +183,20 @@ class WatchCache:
             return dict(self.store)
 
     def interrupt(self) -> None:
-        """Unblock a watch that waits for the next event (the stop event is already set)."""
+        """Unblock a watch that waits for the next event (the stop event is already set).
+
+        The socket is shut down, not the response closed: close() waits for the lock of the
+        buffered reader that the watch thread holds while it blocks in read(), so it would block
+        the caller (the event loop, at shutdown) until the watch times out, minutes later.
+        """
         response = self._response
         if response is not None:
             try:
-                response.close()
+                shutdown = getattr(response, "shutdown", None)  # urllib3 >= 2.3
+                if shutdown is not None:
+                    shutdown()  # the blocked read returns; the watch thread releases the connection
+                else:
+                    response.close()
             except Exception:  # closing a half-dead connection may fail; we are stopping anyway
                 log.debug("closing the watch of %s failed", self.resource.name, exc_info=True)
 

@@ -16,6 +16,7 @@ import pytest
 
 from .binaries import Binaries, BuildError, ensure_binaries
 from .controlplane import ControlPlane, start_with_crds
+from .webhook_server import admission, platform_config, transcripts, webhook_certs  # noqa: F401 (fixtures)
 
 E2E_DIR = Path(__file__).resolve().parent
 _BINARIES = pytest.StashKey[Binaries | BuildError]()

@@ -21,6 +21,12 @@ POD_TEMPLATE: dict[str, Any] = {
 
 CASES = [
     pytest.param(
+        {"op": "remove", "path": "/metadata/name"},
+        [{"op": "remove", "path": "/metadata/name"}],
+        id="remove-present-field",
+    ),
+    pytest.param({"op": "remove", "path": "/spec/preemptionPolicy"}, [], id="remove-absent-field-is-a-no-op"),
+    pytest.param(
         {"op": "merge", "path": "/metadata/labels", "value": {"trainguard.dev/class": "B"}},
         [{"op": "add", "path": "/metadata/labels", "value": {"trainguard.dev/class": "B"}}],
         id="merge-creates-missing-labels-map",

@@ -11,6 +11,7 @@ Edits (maps; nested lists are flattened):
     {"op": "merge",   "path": P, "value": {k: v}}      map at P has each k: v (labels, nodeSelector)
     {"op": "upsert",  "path": P, "key": K, "value": M} list at P has M, matched on M[K] (env by name)
     {"op": "append",  "path": P, "value": V}           list at P contains V
+    {"op": "remove",  "path": P}                       P is absent (removed when present)
     {"op": "requireNodeExpression", "path": P, "value": E}
         pod spec at P requires node expression E in every required nodeSelectorTerm that does not
         already constrain E.key (terms are ORed, so the expression must be in each of them)
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-EDIT_OPS = ("set", "default", "merge", "upsert", "append", "requireNodeExpression")
+EDIT_OPS = ("set", "default", "merge", "upsert", "append", "remove", "requireNodeExpression")
 _TERMS = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 
 
@@ -184,6 +185,15 @@ class Patcher:
                 self._put([*tokens, str(k)], v)
         elif op == "upsert":
             self._upsert(tokens, edit.get("key"), value)
+        elif op == "remove":
+            found, _ = self._get(tokens)
+            if found:
+                container = self._writable(tokens[:-1])
+                if isinstance(container, list):
+                    del container[int(tokens[-1])]
+                else:
+                    del container[tokens[-1]]
+                self.ops.append({"op": "remove", "path": to_pointer(tokens)})
         elif op == "append":
             found, current = self._get(tokens)
             if not (found and isinstance(current, list) and value in current):
