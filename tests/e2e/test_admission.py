@@ -562,15 +562,6 @@ SCHEMA_REJECTED: dict[str, str] = {
 # server defaults the bound before the webhook sees the object, so the webhook does not warn:
 # batch/v1 Job backoffLimit 6 (built-in), RayJob backoffLimit 0 and Volcano Job maxRetry 3 (CRD
 # schema defaults). Same decision (these are all denied for other reasons), different warnings.
-DEFAULTED_RESTART_BOUND: dict[str, str] = {
-    "kueue/ray-job-autoscaling-sample.yaml#1": "spec.backoffLimit",
-    "kueue/sample-job-partial-admission.yaml#1": "spec.backoffLimit",
-    "kueue/sample-scalable-job.yaml#1": "spec.backoffLimit",
-    "volcano/how_to_use_pytorch_plugin--example.yaml#1": "spec.maxRetry",
-    "volcano/mpi.yaml#1": "spec.maxRetry",
-}
-
-
 @dataclass(frozen=True)
 class ParityCase:
     namespace: str
@@ -678,11 +669,6 @@ def test_cli_and_api_server_agree_on_the_corpus(
         return
 
     expected_warnings = cli_warnings(record)
-    if document.key in DEFAULTED_RESTART_BOUND:
-        bound = f"set {DEFAULTED_RESTART_BOUND[document.key]} "
-        unbounded = [w for w in expected_warnings if w.startswith("recovery-policy: ") and bound in w]
-        assert unbounded, f"the CLI no longer warns about {bound}: update DEFAULTED_RESTART_BOUND"
-        expected_warnings = [w for w in expected_warnings if w not in unbounded]
     assert seen.warnings == expected_warnings
     if record["allowed"]:
         assert seen.verdict == "created", f"the CLI admits it; the API server:\n{result.stderr}"

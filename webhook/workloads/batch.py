@@ -50,3 +50,7 @@ def adapt(d: Draft) -> None:
         if limit is not None:
             d.restarts = Restarts(limit, f"spec.{key}")
             break
+    else:
+        # The API server defaults backoffLimit to 6 before any webhook sees the Job; deciding a
+        # manifest the same way keeps the CLI's answer the webhook's.
+        d.restarts = Restarts(6, "spec.backoffLimit (default)")

@@ -37,8 +37,11 @@ def adapt(d: Draft) -> None:
         cluster = d.spec.get("rayClusterSpec")
         where, pointer = "spec.rayClusterSpec", "/spec/rayClusterSpec"
         limit = optional_count(d.spec.get("backoffLimit"), "spec.backoffLimit")
-        if limit is not None:
-            d.restarts = Restarts(limit, "spec.backoffLimit")
+        # The RayJob CRD defaults backoffLimit to 0 (no retry) before any webhook sees it.
+        d.restarts = Restarts(
+            limit if limit is not None else 0,
+            "spec.backoffLimit" + ("" if limit is not None else " (default)"),
+        )
     else:
         cluster, where, pointer = d.spec, "spec", "/spec"
     spec = mapping(cluster, where)

@@ -50,6 +50,8 @@ def adapt(d: Draft) -> None:
     if spec.get("networkTopology"):
         volcano_network_topology(d, spec["networkTopology"], "spec.networkTopology")
     retry = optional_count(spec.get("maxRetry"), "spec.maxRetry")
-    if retry is not None:
-        d.restarts = Restarts(retry, "spec.maxRetry")
+    # Volcano's webhook defaults maxRetry to 3 before trainguard's sees the Job.
+    d.restarts = (
+        Restarts(retry, "spec.maxRetry") if retry is not None else Restarts(3, "spec.maxRetry (default)")
+    )
     d.priority_class = text(spec.get("priorityClassName"))
