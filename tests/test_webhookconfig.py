@@ -809,3 +809,10 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -
         main(["webhook-config", *args])
     assert exc.value.code == EXIT_ERROR
     assert "usage:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("url", ["https://127.0.0.1:8443/validate", "https://h:1/base/mutate/"])
+def test_url_naming_an_endpoint_is_refused(url: str) -> None:
+    with pytest.raises(WebhookConfigError, match="base URL"):
+        webhookconfig.render(url=url)
+

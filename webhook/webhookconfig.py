@@ -300,6 +300,12 @@ def _check_options(
             raise WebhookConfigError(f"--url must be https://HOST[:PORT][/PATH], got {url!r}")
         if parts.query or parts.fragment or parts.username or parts.password:
             raise WebhookConfigError(f"--url must not carry a query, fragment or user info: {url!r}")
+        if parts.path.rstrip("/").endswith(("/validate", "/mutate")):
+            # The endpoints are appended: a URL that names one would register /validate/validate.
+            raise WebhookConfigError(
+                f"--url is the server's base URL (e.g. https://10.0.0.5:8443); /validate and /mutate "
+                f"are appended: got {url!r}"
+            )
 
 
 def _header(objects: Sequence[dict[str, Any]]) -> str:
