@@ -815,4 +815,3 @@ def test_cli_usage_errors(capsys: pytest.CaptureFixture[str], args: list[str]) -
 def test_url_naming_an_endpoint_is_refused(url: str) -> None:
     with pytest.raises(WebhookConfigError, match="base URL"):
         webhookconfig.render(url=url)
-

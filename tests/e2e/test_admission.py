@@ -558,10 +558,7 @@ SCHEMA_REJECTED: dict[str, str] = {
     "volcano/elastic-job.yaml#1": 'strict decoding error: unknown field "spec.tasks[0].template.spec.priorityClass"',
 }
 
-# Where the CLI warns (recovery-policy, Warn mode) that no restart bound is declared, but the API
-# server defaults the bound before the webhook sees the object, so the webhook does not warn:
-# batch/v1 Job backoffLimit 6 (built-in), RayJob backoffLimit 0 and Volcano Job maxRetry 3 (CRD
-# schema defaults). Same decision (these are all denied for other reasons), different warnings.
+
 @dataclass(frozen=True)
 class ParityCase:
     namespace: str
