@@ -18,7 +18,8 @@ from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.errors import InputError
 
 
-def add_engine_args(parser: argparse.ArgumentParser) -> None:
+def add_policy_args(parser: argparse.ArgumentParser) -> None:
+    """--policies, --config and --cel: what every command that builds an engine takes."""
     parser.add_argument(
         "--policies",
         action="append",
@@ -27,17 +28,22 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--config", metavar="FILE", help="PlatformConfig file (default: embedded defaults)")
     parser.add_argument(
+        "--cel",
+        choices=("auto", "cel-expr-python", "cel-python"),
+        default=None,
+        help="CEL runtime (default: cel-expr-python when installed)",
+    )
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """The policy options, and what deciding manifest files adds to them."""
+    add_policy_args(parser)
+    parser.add_argument(
         "--namespace",
         "-n",
         default="default",
         metavar="NS",
         help="namespace for objects that name none (default: default)",
-    )
-    parser.add_argument(
-        "--cel",
-        choices=("auto", "cel-expr-python", "cel-python"),
-        default=None,
-        help="CEL runtime (default: cel-expr-python when installed)",
     )
     parser.add_argument(
         "--exceptions",

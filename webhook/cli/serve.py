@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from webhook.cli._common import add_policy_args
 from webhook.logs import LEVELS
 
 
@@ -25,19 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM), e.g. certs/tls.key")
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     p.add_argument("--port", type=_port, default=8443, help="port to listen on (default: 8443)")
-    p.add_argument(
-        "--policies",
-        action="append",
-        metavar="DIR",
-        help="policy files or directories (repeatable; default: the shipped policies)",
-    )
-    p.add_argument("--config", metavar="FILE", help="PlatformConfig file (default: embedded defaults)")
-    p.add_argument(
-        "--cel",
-        choices=("auto", "cel-expr-python", "cel-python"),
-        default=None,
-        help="CEL runtime (default: cel-expr-python when installed)",
-    )
+    add_policy_args(p)
     cluster = p.add_argument_group("cluster (optional: caches of PriorityClasses and TrainingRuntimes)")
     access = cluster.add_mutually_exclusive_group()
     access.add_argument("--kubeconfig", metavar="FILE", help="cluster credentials from a kubeconfig")
