@@ -318,3 +318,31 @@ def wait_until(condition: Any, what: str, timeout: float = 10.0) -> None:
             return
         time.sleep(0.01)
     pytest.fail(f"timed out waiting for {what}")
+
+
+def test_a_cluster_policy_exception_is_parsed_without_its_server_metadata() -> None:
+    from webhook.cluster import exception_value
+
+    obj = {
+        "apiVersion": "trainguard.dev/v1alpha1",
+        "kind": "PolicyException",
+        "metadata": {
+            "name": "legacy",
+            "namespace": "research",
+            "uid": "1",
+            "resourceVersion": "7",
+            "managedFields": [{"manager": "kubectl"}],
+        },
+        "spec": {
+            "policies": ["gang-required"],
+            "match": {"workloads": [{"namespace": "research", "name": "train"}]},
+            "justification": "j",
+            "owner": "o",
+            "expiresAt": "2999-01-01T00:00:00Z",
+        },
+        "status": {},
+    }
+    exception = exception_value(obj)
+    assert exception is not None and exception.policies == ("gang-required",)
+    broken = {**obj, "spec": {**obj["spec"], "justification": ""}}
+    assert exception_value(broken) is None, "an invalid object is ignored (and logged), never fatal"

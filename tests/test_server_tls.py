@@ -599,3 +599,48 @@ def test_unusable_tls_files_are_a_server_error(files: Path) -> None:
     (files / "certs" / "tls.key").write_bytes(b"not a key")
     with pytest.raises(ServerError, match="--tls-cert"):
         build(settings_for(files))
+
+
+def _exception_doc(expires_at: str) -> str:
+    return (
+        "apiVersion: trainguard.dev/v1alpha1\nkind: PolicyException\n"
+        "metadata: {name: legacy-train, namespace: research}\n"
+        "spec:\n  policies: [gang-required]\n"
+        "  match:\n    workloads: [{namespace: research, name: train}]\n"
+        "  justification: migrating to Kueue next sprint\n  owner: research-infra\n"
+        f'  expiresAt: "{expires_at}"\n'
+    )
+
+
+def test_the_webhook_honours_exception_files_and_reloads_them(files: Path) -> None:
+    exceptions = files / "exceptions.yaml"
+    exceptions.write_text(_exception_doc("2999-01-01T00:00:00Z"))
+    with (
+        running(settings_for(files, exceptions=(str(exceptions),))) as server,
+        httpx.Client(verify=client_context(files)) as client,
+    ):
+        out = validate(client, server)
+        assert out["allowed"] is True
+        assert "migrating to Kueue next sprint" in out["auditAnnotations"]["gang-required-exempted"]
+        # An expired exception exempts nothing, in the webhook as everywhere else.
+        exceptions.write_text(_exception_doc("2020-01-01T00:00:00Z"))
+        wait_for(lambda: denied_by_gang(validate(client, server)), "the expired exception to stop exempting")
+        # A broken file is reported and the last good exceptions stay in force.
+        exceptions.write_text("apiVersion: trainguard.dev/v1alpha1\nkind: PolicyException\nspec: {}\n")
+        wait_for(
+            lambda: metric(server, "trainguard_reloads_total", source="exceptions", result="failure") >= 1,
+            "the failure",
+        )
+        assert denied_by_gang(validate(client, server))
+
+
+def test_cluster_policy_exceptions_reach_the_engine(files: Path) -> None:
+    from webhook.engine.exceptions import parse_exception
+
+    server = build(settings_for(files))
+    exception = parse_exception(
+        __import__("yaml").safe_load(_exception_doc("2999-01-01T00:00:00Z")), "cluster"
+    )
+    server.reloader.set_cluster({}, {}, [exception])
+    engine = server.state.engine
+    assert engine is not None and list(engine.exceptions) == [exception]

@@ -27,7 +27,8 @@ from kubernetes.client.exceptions import ApiException
 
 from webhook import webhookconfig
 from webhook.config import PlatformConfig
-from webhook.errors import TrainguardError
+from webhook.engine.exceptions import PolicyException, parse_exception
+from webhook.errors import PolicyError, TrainguardError
 from webhook.metrics import Metrics
 
 log = logging.getLogger("trainguard.cluster")
@@ -304,15 +305,39 @@ def _lines(response: Any) -> Iterator[bytes]:
 
 
 TRAINER_GROUP, TRAINER_VERSION = "trainer.kubeflow.org", "v1alpha1"
+EXCEPTION_GROUP, EXCEPTION_VERSION, EXCEPTION_PLURAL = "trainguard.dev", "v1alpha1", "policyexceptions"
+
+
+def exception_value(obj: Mapping[str, Any]) -> PolicyException | None:
+    """A PolicyException object as the engine honours it; None (and a log line) when it is invalid.
+
+    The server-managed metadata (uid, resourceVersion, managedFields …) and status are not part of
+    the contract and are dropped before the strict parse a file gets.
+    """
+    meta = _meta(obj)
+    doc = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if k in meta},
+        "spec": obj.get("spec"),
+    }
+    where = f"PolicyException {meta.get('namespace')}/{meta.get('name')}"
+    try:
+        return parse_exception(doc, where)
+    except PolicyError as exc:
+        log.warning("ignoring an invalid PolicyException", extra={"object": where, "problem": str(exc)})
+        return None
 
 
 class ClusterCaches:
-    """The caches the engine reads; `on_change(priority_classes, runtimes)` after any change."""
+    """The caches the engine reads; `on_change(priority_classes, runtimes, exceptions)` after any change."""
 
     def __init__(
         self,
         api: client.ApiClient,
-        on_change: Callable[[Mapping[str, int], Mapping[tuple[str | None, str], dict[str, Any]]], None],
+        on_change: Callable[
+            [Mapping[str, int], Mapping[tuple[str | None, str], dict[str, Any]], list[PolicyException]], None
+        ],
     ) -> None:
         self._stop = threading.Event()
         self._on_change = on_change
@@ -324,6 +349,11 @@ class ClusterCaches:
 
             return call
 
+        def exceptions_call(**kwargs: Any) -> Any:
+            return custom.list_cluster_custom_object(
+                EXCEPTION_GROUP, EXCEPTION_VERSION, EXCEPTION_PLURAL, **kwargs
+            )
+
         resources = [
             Resource(
                 "priorityclasses", client.SchedulingV1Api(api).list_priority_class, name_key, priority_value
@@ -333,6 +363,7 @@ class ClusterCaches:
                 "clustertrainingruntimes", crd("clustertrainingruntimes"), cluster_scoped_key, object_value
             ),
             Resource("namespaces", client.CoreV1Api(api).list_namespace, name_key, labels_value),
+            Resource("policyexceptions", exceptions_call, namespaced_key, exception_value),
         ]
         # Namespace labels are kept for policies to come; the engine does not read them yet.
         self.caches = {
@@ -364,8 +395,12 @@ class ClusterCaches:
     def namespace_labels(self) -> dict[str, dict[str, str]]:
         return {str(k): v for k, v in self.caches["namespaces"].snapshot().items()}
 
+    @property
+    def exceptions(self) -> list[PolicyException]:
+        return list(self.caches["policyexceptions"].snapshot().values())
+
     def _changed(self) -> None:
-        self._on_change(self.priority_classes, self.runtimes)
+        self._on_change(self.priority_classes, self.runtimes, self.exceptions)
 
 
 def _unused() -> None:

@@ -72,8 +72,8 @@ class Metrics:
         )
         self.reloads = Counter(
             "trainguard_reloads",
-            "Reloads by source (policies, config, certificate: the watched files; cluster: a cache "
-            "change rebuilt the engine; registration: the webhook configurations were applied) and "
+            "Reloads by source (policies, config, exceptions, certificate: the watched files; cluster: "
+            "a cache change rebuilt the engine; registration: the webhook configurations were applied) and "
             "result (success, failure).",
             ["source", "result"],
             registry=r,

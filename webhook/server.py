@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import os
@@ -26,7 +27,7 @@ import ssl
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from webhook import certs, logs
 from webhook.app import DEFAULT_MAX_BODY_BYTES, ServerState, create_app
 from webhook.config import PlatformConfig, load_config
 from webhook.engine.compile import PolicySet, load_policy_set
+from webhook.engine.exceptions import PolicyException, load_exceptions
 from webhook.engine.load import default_policies_dir, policy_files
 from webhook.engine.pipeline import Engine
 from webhook.errors import ConfigError, PolicyError, TrainguardError
@@ -65,6 +67,7 @@ class Settings:
     host: str = "0.0.0.0"
     port: int = 8443
     policies: tuple[str, ...] = ()  # empty: the shipped policies
+    exceptions: tuple[str, ...] = ()  # PolicyException files or directories
     config: str | None = None  # None: the embedded platform defaults
     cel: str | None = None  # CEL runtime; None picks cel-expr-python when installed
     kubeconfig: str | None = None
@@ -103,6 +106,7 @@ class _Files:
     ca: str
     tls_pem: tuple[bytes, bytes] | None = None  # (cert, key) as hashed, so the load matches the hash
     ca_pem: bytes | None = None
+    exceptions: str = "none"
 
 
 def _digest(parts: list[bytes]) -> str:
@@ -144,6 +148,7 @@ def _snapshot(settings: Settings) -> _Files:
     ca_fp, ca = _file_fingerprint(settings.ca_bundle)
     return _Files(
         policies=_policies_fingerprint(settings.policy_paths),
+        exceptions=_policies_fingerprint(list(settings.exceptions)) if settings.exceptions else "none",
         config=config_fp,
         tls=f"{cert_fp}/{key_fp}",
         ca=ca_fp,
@@ -168,6 +173,8 @@ class Reloader:
     config: PlatformConfig | None = None
     priority_classes: Mapping[str, int] = field(default_factory=dict)
     runtimes: Runtimes = field(default_factory=dict)
+    file_exceptions: Sequence[PolicyException] = ()  # from --exceptions
+    cluster_exceptions: Sequence[PolicyException] = ()  # PolicyException objects in the cluster
     _seen: _Files | None = None
     _tls_failures: int = 0
 
@@ -178,6 +185,7 @@ class Reloader:
         start = time.perf_counter()
         self.policies = load_policy_set(self.settings.policy_paths, self.settings.cel)
         self._installed_policies(time.perf_counter() - start)
+        self.file_exceptions = load_exceptions(self.settings.exceptions)
         self._rebuild()
         if self._seen.tls_pem is not None:
             self._expiry_from(self._seen.tls_pem[0])
@@ -199,16 +207,24 @@ class Reloader:
         changed_config = now.config != seen.config
         if changed_policies or changed_config:
             await self._reload_engine(changed_policies, changed_config)
+        if now.exceptions != seen.exceptions:
+            await self._reload_exceptions()
         if now.tls != seen.tls and not await self._reload_tls(now):
             now = _replace_tls(now, seen)  # retry at the next poll (the pair may be half written)
         if now.ca != seen.ca and now.ca_pem is not None and self.on_ca_change is not None:
             self.on_ca_change(now.ca_pem)
         self._seen = now
 
-    def set_cluster(self, priority_classes: Mapping[str, int], runtimes: Runtimes) -> None:
+    def set_cluster(
+        self,
+        priority_classes: Mapping[str, int],
+        runtimes: Runtimes,
+        exceptions: Sequence[PolicyException] = (),
+    ) -> None:
         """New cluster cache contents (called on the loop's thread): rebuild, cheaply."""
         self.priority_classes = priority_classes
         self.runtimes = runtimes
+        self.cluster_exceptions = exceptions
         self._rebuild()
         self.state.metrics.observe_reload("cluster", True)
 
@@ -240,10 +256,27 @@ class Reloader:
         if self.policies is not policies_before or self.config is not config_before:
             self._rebuild()
 
+    async def _reload_exceptions(self) -> None:
+        try:
+            exceptions = await asyncio.to_thread(load_exceptions, self.settings.exceptions)
+        except PolicyError as exc:
+            self._failed("exceptions", exc)  # the last good exceptions stay in force
+            return
+        self.file_exceptions = exceptions
+        self.state.metrics.observe_reload("exceptions", True)
+        log.info("exceptions reloaded", extra={"exceptions": [e.id for e in exceptions]})
+        self._rebuild()
+
     def _rebuild(self) -> None:
         assert self.policies is not None and self.config is not None
         self.state.install(
-            Engine(self.policies, self.config, priority_classes=self.priority_classes, runtimes=self.runtimes)
+            Engine(
+                self.policies,
+                self.config,
+                priority_classes=self.priority_classes,
+                runtimes=self.runtimes,
+                exceptions=(*self.file_exceptions, *self.cluster_exceptions),
+            )
         )
 
     def _installed_policies(self, seconds: float) -> None:
@@ -309,7 +342,7 @@ class Reloader:
 
 
 def _replace_tls(now: _Files, seen: _Files) -> _Files:
-    return _Files(now.policies, now.config, seen.tls, now.ca, seen.tls_pem, now.ca_pem)
+    return dataclasses.replace(now, tls=seen.tls, tls_pem=seen.tls_pem)
 
 
 def _checked_pair(cert_pem: bytes, key_pem: bytes) -> Path:
@@ -511,8 +544,10 @@ def _cluster_hooks(
     running: list[Any] = []
 
     def started(loop: asyncio.AbstractEventLoop) -> None:
-        def changed(priority_classes: Mapping[str, int], runtimes: Runtimes) -> None:
-            loop.call_soon_threadsafe(reloader.set_cluster, priority_classes, runtimes)
+        def changed(
+            priority_classes: Mapping[str, int], runtimes: Runtimes, exceptions: Sequence[PolicyException]
+        ) -> None:
+            loop.call_soon_threadsafe(reloader.set_cluster, priority_classes, runtimes, exceptions)
 
         caches = cluster.ClusterCaches(api, on_change=changed)
         caches.start()

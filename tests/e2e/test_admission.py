@@ -764,6 +764,44 @@ def test_a_training_runtime_reaches_the_webhook_as_it_reaches_the_cli(admission:
     assert patch_not_kept(trainjob, records[1]["patch"], stored) == []
 
 
+def test_a_policy_exception_object_exempts_until_deleted(admission: Admission) -> None:
+    """The same PolicyException as a file, applied as a cluster object: the webhook's cache honours
+    it (the job is created, the exemption recorded), and deleting it restores enforcement."""
+    job = pytorchjob("tg-exempted", OTHER_NS)
+    exception = {
+        "apiVersion": "trainguard.dev/v1alpha1",
+        "kind": "PolicyException",
+        "metadata": {"name": "tg-legacy", "namespace": OTHER_NS},
+        "spec": {
+            "policies": ["gang-required"],
+            "match": {"workloads": [{"namespace": OTHER_NS, "name": "tg-exempted"}]},
+            "justification": "legacy job, moves to Kueue next sprint",
+            "owner": "e2e",
+            "expiresAt": "2999-01-01T00:00:00Z",
+        },
+    }
+
+    def dry_run() -> Any:
+        return admission.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(job))
+
+    assert "gang-required" in denial(dry_run().stderr)
+    created = admission.kubectl(
+        "apply", "-f", "-", input=json.dumps(exception), transcript="policy-exception"
+    )
+    assert created.returncode == 0, created.stderr
+    try:
+        deadline = time.monotonic() + 20
+        while (exempted := dry_run()).returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)  # the webhook's watch delivers the exception within moments
+        assert exempted.returncode == 0, f"the webhook never honoured the exception:\n{exempted.stderr}"
+    finally:
+        admission.kubectl("delete", "-f", "-", input=json.dumps(exception), transcript="policy-exception")
+    deadline = time.monotonic() + 20
+    while (restored := dry_run()).returncode == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "gang-required" in denial(restored.stderr), "deleting the exception restores enforcement"
+
+
 # --- 10: the webhook is down: failurePolicy decides; then it is back -------------------------------
 
 

@@ -692,6 +692,13 @@ def admission(
         if control_plane.kubectl("get", "namespace", namespace, check=False).returncode != 0:
             control_plane.kubectl("create", "namespace", namespace)
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(priority_class_manifests()))
+    # trainguard's own PolicyException CRD, so the webhook's exception cache has objects to watch.
+    control_plane.kubectl(
+        "apply", "-f", str(REPO_ROOT / "deploy" / "crds" / "trainguard.dev_policyexceptions.yaml")
+    )
+    control_plane.kubectl(
+        "wait", "--for=condition=Established", "--timeout=60s", "crd/policyexceptions.trainguard.dev"
+    )
 
     server = WebhookServer(
         certs=webhook_certs,
@@ -728,6 +735,15 @@ def admission(
     finally:
         for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
             control_plane.kubectl("delete", kind, CONFIGURATION_NAME, "--ignore-not-found", check=False)
+        # The session's control plane is shared: leave it with the training CRDs only.
+        control_plane.kubectl(
+            "delete",
+            "crd",
+            "policyexceptions.trainguard.dev",
+            "--ignore-not-found",
+            "--timeout=60s",
+            check=False,
+        )
         try:
             server.stop()
         finally:

@@ -27,6 +27,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     p.add_argument("--port", type=_port, default=8443, help="port to listen on (default: 8443)")
     add_policy_args(p)
+    p.add_argument(
+        "--exceptions",
+        action="append",
+        metavar="PATH",
+        help="PolicyException files or directories, reloaded on change (repeatable); with cluster "
+        "access, PolicyException objects are watched too",
+    )
     cluster = p.add_argument_group("cluster (optional: caches of PriorityClasses and TrainingRuntimes)")
     access = cluster.add_mutually_exclusive_group()
     access.add_argument("--kubeconfig", metavar="FILE", help="cluster credentials from a kubeconfig")
@@ -108,6 +115,7 @@ def run(args: argparse.Namespace) -> int:
         host=args.host,
         port=args.port,
         policies=tuple(args.policies or ()),
+        exceptions=tuple(args.exceptions or ()),
         config=args.config,
         cel=None if args.cel in (None, "auto") else args.cel,
         kubeconfig=args.kubeconfig,
