@@ -41,40 +41,6 @@ class Document:
         return self.line
 
 
-def field_pointer(field: str) -> str:
-    """A dotted field as policies and reports write it -> JSON pointer.
-
-    spec.tasks[0].template -> /spec/tasks/0/template;
-    metadata.annotations[trainguard.dev/x] -> /metadata/annotations/trainguard.dev~1x
-    """
-    tokens: list[str] = []
-    i, n = 0, len(field)
-    current = ""
-    while i < n:
-        ch = field[i]
-        if ch == ".":
-            if current:
-                tokens.append(current)
-            current = ""
-        elif ch == "[":
-            if current:
-                tokens.append(current)
-            end = field.find("]", i)
-            end = n if end < 0 else end
-            key = field[i + 1 : end]
-            if len(key) >= 2 and key[0] == key[-1] and key[0] in "'\"":
-                key = key[1:-1]  # metadata.annotations['a/b'] and metadata.annotations[a/b] alike
-            tokens.append(key)
-            current = ""
-            i = end
-        else:
-            current += ch
-        i += 1
-    if current:
-        tokens.append(current)
-    return "".join("/" + _escape(t) for t in tokens)
-
-
 def _escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 

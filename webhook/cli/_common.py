@@ -7,9 +7,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from webhook import fields
 from webhook.config import PlatformConfig, load_config
 from webhook.context import context_objects
-from webhook.documents import Document, field_pointer, load_yaml_documents, read_manifests
+from webhook.documents import Document, load_yaml_documents, read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
 from webhook.engine.exceptions import PolicyException, load_exceptions, unknown_policies
 from webhook.engine.load import default_policies_dir
@@ -105,5 +106,5 @@ def _line_of(doc: Document, field: str | None) -> int:
         return doc.line
     for candidate in tracked:
         if candidate.index == doc.index:
-            return candidate.line_of(field_pointer(field))
+            return candidate.line_of(fields.pointer(fields.parse(field), candidate.data))
     return doc.line

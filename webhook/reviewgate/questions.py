@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from webhook import fields
 from webhook.config import PlatformConfig
 from webhook.engine.model import PolicyResult
-from webhook.reviewgate import fields
 from webhook.workloads.model import PodGroup, TopologyConstraint, Workload
 
 Verdict = Literal["ok", "needs attention", "not applicable"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import cast
 
 from webhook.config import PlatformConfig
+from webhook.fields import pointer_to_path
 from webhook.kinds import Role
 from webhook.workloads.common import (
     KUEUE_PRIORITY_LABEL,
@@ -24,7 +25,6 @@ from webhook.workloads.common import (
     at,
     best_effort,
     parse_checkpoint,
-    pointer_to_path,
     pool_targets,
 )
 from webhook.workloads.model import (

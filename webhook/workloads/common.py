@@ -15,6 +15,7 @@ from typing import Any
 
 from webhook.config import PlatformConfig, parse_duration
 from webhook.errors import InputError
+from webhook.fields import pointer_to_path
 from webhook.kinds import KindInfo, Role
 from webhook.workloads.model import (
     Checkpoint,
@@ -74,22 +75,6 @@ def escape(token: str) -> str:
     if "~" in token or "/" in token:
         return token.replace("~", "~0").replace("/", "~1")
     return token
-
-
-def pointer_to_path(pointer: str) -> str:
-    """The dotted field path a user finds in a manifest: /spec/tasks/0/template -> spec.tasks[0].template."""
-    out: list[str] = []
-    for raw in pointer.split("/")[1:]:
-        token = raw.replace("~1", "/").replace("~0", "~") if "~" in raw else raw
-        if token.isdigit():
-            out.append(f"[{token}]")
-        elif "." in token or "/" in token:
-            out.append(f"['{token}']")
-        elif out:
-            out.append("." + token)
-        else:
-            out.append(token)
-    return "".join(out)
 
 
 def join(path: str, suffix: str) -> str:

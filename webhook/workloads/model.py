@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
+from webhook.fields import pointer_to_path
+
 Role = Literal["training", "inference"]
 WorkloadClass = Literal["A", "B", "C"]
 Tier = Literal["guaranteed", "preemptible"]
@@ -185,13 +187,15 @@ class Workload:
         out: dict[str, Any] = _to_view(self)
         out["member"] = self.member
         for group, gv in zip(self.groups, out["groups"], strict=True):
-            gv["fieldPrefix"] = field_path(group.template_pointer) + "." if group.template_pointer else ""
+            gv["fieldPrefix"] = (
+                pointer_to_path(group.template_pointer) + "." if group.template_pointer else ""
+            )
         out["torchrun"] = [
             {
                 "group": g.name,
                 "container": c.name,
                 "containerPointer": c.pointer,
-                "containerField": field_path(c.pointer),
+                "containerField": pointer_to_path(c.pointer),
                 "gpus": c.gpus,
             }
             | _to_view(t)
@@ -205,20 +209,8 @@ class Workload:
         )
         out["gpuPods"] = sum(g.replicas for g in self.groups if g.gpus_per_pod > 0)
         out["podLabelValue"] = pod_label_value(self.name)
-        out["suspendField"] = field_path(self.suspend_path) if self.suspend_path else None
+        out["suspendField"] = pointer_to_path(self.suspend_path) if self.suspend_path else None
         return out
-
-
-def field_path(pointer: str) -> str:
-    """JSON pointer -> the dotted path a user reads in a manifest: /spec/tasks/0/x -> spec.tasks[0].x"""
-    out = ""
-    for token in pointer.split("/")[1:]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if token.isdigit():
-            out += f"[{token}]"
-        else:
-            out += ("." if out else "") + token
-    return out
 
 
 def pod_label_value(name: str) -> str:

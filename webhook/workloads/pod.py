@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import cast
 
 from webhook.errors import InputError
+from webhook.fields import pointer_to_path
 from webhook.workloads.common import (
     CLASS_LABEL,
     POD_GROUP_NAME,
@@ -22,7 +23,6 @@ from webhook.workloads.common import (
     VALID_CLASSES,
     Draft,
     annotation_path,
-    pointer_to_path,
     text,
 )
 from webhook.workloads.model import ElasticRange, Owner, PodGroup, TorchrunSpec, WorkloadClass

@@ -12,9 +12,9 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 
 from webhook.errors import InputError
+from webhook.fields import pointer_to_path
 from webhook.workloads.common import (
     Draft,
-    pointer_to_path,
     tas_constraints,
     text,
     type_name,

@@ -126,6 +126,22 @@ def _child(node: Any, token: str) -> Any:
     return None
 
 
+def pointer_to_path(pointer: str) -> str:
+    """The dotted field path a user finds in a manifest: /spec/tasks/0/template -> spec.tasks[0].template."""
+    out: list[str] = []
+    for raw in pointer.split("/")[1:]:
+        token = raw.replace("~1", "/").replace("~0", "~") if "~" in raw else raw
+        if token.isdigit():
+            out.append(f"[{token}]")
+        elif "." in token or "/" in token:
+            out.append(f"['{token}']")
+        elif out:
+            out.append("." + token)
+        else:
+            out.append(token)
+    return "".join(out)
+
+
 def from_pointer(ptr: str) -> str:
     """JSON pointer -> the rendered dotted path: /metadata/labels/a~1b -> metadata.labels[a/b]."""
     tokens = tuple(Token(unescape(t), False) for t in ptr.split("/")[1:])
