@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import os
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +20,7 @@ import orjson
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
+from tests.conftest import REPO, shared_dir
 from webhook import review
 from webhook.app import ServerState, create_app
 from webhook.cli._common import decide_all
@@ -38,23 +38,21 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from starlette.testclient import TestClient
 
-REPO = Path(__file__).resolve().parents[1]
 NAMESPACE = "default"  # what `trainguard check` assumes for objects that name none
 
 
-def shared_dir() -> Path:
-    return Path(os.environ.get("TRAINGUARD_SHARED_DIR") or REPO.parent / "shared")
+SHARED = shared_dir()
 
 
 def manifest_files() -> list[Path]:
-    roots = [shared_dir() / "corpus", REPO / "deploy" / "examples"]
+    roots = [REPO / "deploy" / "examples", *([SHARED / "corpus"] if SHARED else [])]
     return sorted(
         p for root in roots if root.is_dir() for p in root.rglob("*") if p.suffix in (".yaml", ".yml")
     )
 
 
 def file_id(path: Path) -> str:
-    for root in (shared_dir(), REPO):
+    for root in (*([SHARED] if SHARED else []), REPO):
         if path.is_relative_to(root):
             return str(path.relative_to(root))
     return str(path)
@@ -151,7 +149,7 @@ def webhook_view(client: TestClient, obj: dict[str, Any], uid: str) -> tuple[dic
     return view, patched
 
 
-@pytest.mark.skipif(not FILES, reason=f"no manifests under {shared_dir() / 'corpus'} or deploy/examples")
+@pytest.mark.skipif(not FILES, reason="no manifests in the shared corpus or deploy/examples")
 @pytest.mark.parametrize("path", FILES, ids=[file_id(p) for p in FILES])
 def test_cli_and_webhook_agree(
     path: Path, policies: PolicySet, config: PlatformConfig, webhook: tuple[ServerState, TestClient]

@@ -15,10 +15,8 @@ histogram of webhook call durations says what each call cost as it saw it.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import copy
-import json
 import ssl
 import subprocess
 import sys
@@ -305,11 +303,7 @@ def _histogram(url: str, ca: Path, name: str) -> tuple[float, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(json.dumps(run(args.quick)))
-    return 0
+    return common.run_part(run, __doc__)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,6 @@ with the bare interpreter start-up for reference. Peak memory is the child's ru_
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -109,11 +107,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(json.dumps(run(args.quick)))
-    return 0
+    return common.run_part(run, __doc__)
 
 
 if __name__ == "__main__":

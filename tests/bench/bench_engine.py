@@ -12,7 +12,6 @@ is review(validate=False), its /mutate endpoint.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import statistics
@@ -367,11 +366,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    print(json.dumps(run(args.quick)))
-    return 0
+    return common.run_part(run, __doc__)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ with a uid, a creationTimestamp and managedFields), plus one large bare training
 
 from __future__ import annotations
 
+import argparse
 import copy
 import importlib.util
 import json
@@ -17,7 +18,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -432,3 +433,12 @@ def _numeric(text: str) -> bool:
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+def run_part(run: Callable[[bool], dict[str, Any]], doc: str | None) -> int:
+    """The command line of one benchmark part: `--quick`, then its summary as one JSON line."""
+    parser = argparse.ArgumentParser(description=(doc or "").splitlines()[0] if doc else None)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    print(json.dumps(run(args.quick)))
+    return 0

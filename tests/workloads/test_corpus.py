@@ -8,7 +8,6 @@ change of classification shows up here.
 from __future__ import annotations
 
 import copy
-import os
 import random
 from collections.abc import Iterator
 from functools import cache
@@ -18,25 +17,20 @@ from typing import Any
 import pytest
 from jsonpointer import resolve_pointer
 
+from tests.conftest import shared_dir
 from webhook.config import load_config
 from webhook.documents import Document, read_manifests
 from webhook.errors import InputError
 from webhook.workloads import AdaptContext, build_workload
 from webhook.workloads.model import ElasticRange, Workload
 
-
-def _corpus_dir() -> Path:
-    shared = os.environ.get("TRAINGUARD_SHARED_DIR")
-    base = Path(shared) if shared else Path(__file__).resolve().parents[2].parent / "shared"
-    return base / "corpus"
-
-
-CORPUS = _corpus_dir()
-if not (CORPUS / "INDEX.md").is_file():
+_SHARED = shared_dir()
+if _SHARED is None:
     pytest.skip(
-        f"the shared corpus is not at {CORPUS}: set TRAINGUARD_SHARED_DIR to the folder holding corpus/",
+        "the shared corpus is not beside this checkout: set TRAINGUARD_SHARED_DIR to the folder holding corpus/",
         allow_module_level=True,
     )
+CORPUS = _SHARED / "corpus"
 
 # (file#document) -> expected class, for every document that is a workload trainguard decides.
 # Notes say why where the class is not obvious from the INDEX note.
