@@ -52,6 +52,9 @@ class Engine:
         self.policies = policies
         self.config = config
         self.priority_classes = dict(priority_classes or {})
+        # What `cluster.priorityClasses` shows policies: the config's fallback values, overridden
+        # by what the cluster says. Fixed for the engine's life, so built once, not per request.
+        self.priority_values = {**(config.raw["tiers"].get("values") or {}), **self.priority_classes}
         self.runtimes = dict(runtimes or {})
         self.exceptions = tuple(exceptions)
         evaluate.prepare(policies.policies, policies.backend)  # compiled now, not on a first request
@@ -96,9 +99,7 @@ class Engine:
                 "dryRun": inp.dry_run,
             },
             "params": self.config.params(),
-            "cluster": {
-                "priorityClasses": {**(self.config.raw["tiers"].get("values") or {}), **self.priority_classes}
-            },
+            "cluster": {"priorityClasses": self.priority_values},
             "variables": {},
         }
         evaluated: list[tuple[Policy, PolicyResult]] = []

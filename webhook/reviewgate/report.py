@@ -149,7 +149,7 @@ def review_document(
         mutations=tuple(r for r in decision.results if r.policy in mutating and r.patch),
         results={r.policy: r for r in decision.results},
         config=engine.config,
-        priority_values={**(engine.config.raw["tiers"].get("values") or {}), **engine.priority_classes},
+        priority_values=engine.priority_values,
     )
     locate = _Locator(doc, docs)
     findings: list[FindingRecord] = []
