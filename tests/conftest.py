@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from webhook.config import PlatformConfig, load_config
-from webhook.engine.compile import PolicySet, load_policy_set
-from webhook.engine.load import default_policies_dir
+from webhook.engine import PolicySet, default_policies_dir, load_policy_set
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("cel-expr-python", "cel-python")

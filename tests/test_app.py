@@ -23,10 +23,7 @@ with warnings.catch_warnings():
 from webhook import logs
 from webhook.app import ServerState, create_app
 from webhook.config import load_config
-from webhook.engine.compile import PolicySet, load_policy_set
-from webhook.engine.load import default_policies_dir
-from webhook.engine.model import Decision
-from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.engine import AdmissionInput, Decision, Engine, PolicySet, default_policies_dir, load_policy_set
 from webhook.metrics import Metrics
 
 UID = "b1f4c5de-0000-4000-8000-000000000001"

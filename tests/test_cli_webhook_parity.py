@@ -27,10 +27,7 @@ from webhook.cli._common import decide_all
 from webhook.config import PlatformConfig, load_config
 from webhook.context import context_objects
 from webhook.documents import Document, read_manifests
-from webhook.engine.compile import PolicySet, load_policy_set
-from webhook.engine.load import default_policies_dir
-from webhook.engine.model import Decision
-from webhook.engine.pipeline import Engine
+from webhook.engine import Decision, Engine, PolicySet, default_policies_dir, load_policy_set
 
 with warnings.catch_warnings():
     # Starlette 1.x prefers httpx2 for its TestClient and warns when it falls back to httpx, which

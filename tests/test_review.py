@@ -12,10 +12,7 @@ import pytest
 
 from webhook import review
 from webhook.config import load_config
-from webhook.engine.compile import load_policy_set
-from webhook.engine.load import default_policies_dir
-from webhook.engine.model import Decision, Finding, PolicyResult
-from webhook.engine.pipeline import Engine
+from webhook.engine import Decision, Engine, Finding, PolicyResult, default_policies_dir, load_policy_set
 from webhook.review import ReviewError, build_response, parse_request
 
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"

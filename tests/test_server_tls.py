@@ -28,7 +28,7 @@ from cryptography import x509
 
 from webhook import certs
 from webhook.cli import main as cli_main
-from webhook.engine.load import default_policies_dir
+from webhook.engine import default_policies_dir
 from webhook.errors import PolicyError
 from webhook.server import ServerError, Settings, WebhookServer, build
 
@@ -635,7 +635,7 @@ def test_the_webhook_honours_exception_files_and_reloads_them(files: Path) -> No
 
 
 def test_cluster_policy_exceptions_reach_the_engine(files: Path) -> None:
-    from webhook.engine.exceptions import parse_exception
+    from webhook.engine import parse_exception
 
     server = build(settings_for(files))
     exception = parse_exception(

@@ -24,9 +24,7 @@ from cel_expr_python import cel
 from webhook import certs, kinds, webhookconfig
 from webhook.cli import EXIT_ERROR, main
 from webhook.config import PlatformConfig, load_config
-from webhook.engine.compile import load_policy_set
-from webhook.engine.load import default_policies_dir
-from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.engine import AdmissionInput, Engine, default_policies_dir, load_policy_set
 from webhook.webhookconfig import WebhookConfigError
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"

@@ -28,8 +28,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from webhook import logs, review
-from webhook.engine.model import Decision, Finding
-from webhook.engine.pipeline import Engine
+from webhook.engine import Decision, Engine, Finding
 from webhook.errors import InputError
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics

@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from webhook import webhookconfig
 from webhook.config import PlatformConfig
-from webhook.engine.exceptions import PolicyException, parse_exception
+from webhook.engine import PolicyException, parse_exception
 from webhook.errors import PolicyError, TrainguardError
 from webhook.metrics import Metrics
 

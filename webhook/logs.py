@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from webhook.engine.model import Decision
+from webhook.engine import Decision
 
 ADMISSION_LOGGER = "trainguard.admission"
 LEVELS = ("critical", "error", "warning", "info", "debug")

@@ -39,11 +39,17 @@ from typing import Any, Literal
 from webhook.config import PlatformConfig, config_from_mapping, load_config
 from webhook.context import context_objects
 from webhook.documents import load_yaml_documents, read_manifests
-from webhook.engine.compile import PolicySet, load_policy_set
-from webhook.engine.exceptions import PolicyException, load_exceptions, parse_exception
-from webhook.engine.load import default_policies_dir
-from webhook.engine.model import Outcome
-from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.engine import (
+    AdmissionInput,
+    Engine,
+    Outcome,
+    PolicyException,
+    PolicySet,
+    default_policies_dir,
+    load_exceptions,
+    load_policy_set,
+    parse_exception,
+)
 from webhook.errors import ConfigError, InputError, PolicyError
 from webhook.fieldreader import FieldReader
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import orjson
 
-from webhook.engine.model import Decision
-from webhook.engine.pipeline import AdmissionInput
+from webhook.engine import AdmissionInput, Decision
 from webhook.errors import InputError
 
 API_VERSION = "admission.k8s.io/v1"

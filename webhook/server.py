@@ -38,10 +38,15 @@ from uvicorn.config import STARTUP_FAILURE
 from webhook import certs, logs
 from webhook.app import DEFAULT_MAX_BODY_BYTES, ServerState, create_app
 from webhook.config import PlatformConfig, load_config
-from webhook.engine.compile import PolicySet, load_policy_set
-from webhook.engine.exceptions import PolicyException, load_exceptions
-from webhook.engine.load import default_policies_dir, policy_files
-from webhook.engine.pipeline import Engine
+from webhook.engine import (
+    Engine,
+    PolicyException,
+    PolicySet,
+    default_policies_dir,
+    load_exceptions,
+    load_policy_set,
+    policy_files,
+)
 from webhook.errors import ConfigError, PolicyError, TrainguardError
 from webhook.metrics import Metrics
 

@@ -51,7 +51,7 @@ def measure(
 
 
 def _review(engine: Any, obj: dict[str, Any], namespace: str, **kw: Any) -> Callable[[], Any]:
-    from webhook.engine.pipeline import AdmissionInput
+    from webhook.engine import AdmissionInput
 
     inp = AdmissionInput(object=obj, namespace=namespace)
     return lambda: engine.review(inp, **kw)
@@ -227,7 +227,7 @@ def cel_share(obj: dict[str, Any]) -> dict[str, float]:
 
 
 def policy_curve(quick: bool, tmp: Path) -> tuple[list[list[Any]], dict[str, Any]]:
-    from webhook.engine.load import default_policies_dir
+    from webhook.engine import default_policies_dir
 
     counts = [1, 10, 50, 200]
     pod = big_training_pod()

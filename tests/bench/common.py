@@ -56,9 +56,7 @@ def corpus_documents() -> list[tuple[str, dict[str, Any]]]:
 
 def engine_for(backend: str = "cel-expr-python", policies: Sequence[str | Path] | None = None) -> Any:
     from webhook.config import load_config
-    from webhook.engine.compile import load_policy_set
-    from webhook.engine.load import default_policies_dir
-    from webhook.engine.pipeline import Engine
+    from webhook.engine import Engine, default_policies_dir, load_policy_set
 
     paths = list(policies) if policies else [default_policies_dir()]
     return Engine(load_policy_set(paths, backend), load_config())

@@ -16,9 +16,7 @@ from webhook.cli import main
 from webhook.cli._common import build_engine
 from webhook.config import load_config
 from webhook.documents import read_manifests
-from webhook.engine.compile import load_policy_set
-from webhook.engine.exceptions import load_exceptions
-from webhook.engine.load import default_policies_dir
+from webhook.engine import default_policies_dir, load_exceptions, load_policy_set
 from webhook.reviewgate.questions import Answer
 from webhook.reviewgate.report import Report, build_report
 

@@ -11,11 +11,17 @@ from webhook import fields
 from webhook.config import PlatformConfig, load_config
 from webhook.context import context_objects
 from webhook.documents import Document, load_yaml_documents, read_manifests
-from webhook.engine.compile import PolicySet, load_policy_set
-from webhook.engine.exceptions import PolicyException, load_exceptions, unknown_policies
-from webhook.engine.load import default_policies_dir
-from webhook.engine.model import Decision
-from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.engine import (
+    AdmissionInput,
+    Decision,
+    Engine,
+    PolicyException,
+    PolicySet,
+    default_policies_dir,
+    load_exceptions,
+    load_policy_set,
+    unknown_policies,
+)
 from webhook.errors import InputError
 
 

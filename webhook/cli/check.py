@@ -18,7 +18,7 @@ from webhook.cli._common import (
     load_policy_exceptions,
 )
 from webhook.documents import Document
-from webhook.engine.model import Decision
+from webhook.engine import Decision
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 from collections import Counter
 
-from webhook.engine.compile import PolicySet
-from webhook.engine.model import PolicyResult
+from webhook.engine import PolicyResult, PolicySet
 from webhook.reviewgate.report import FindingRecord, Report, WorkloadReview
 
 

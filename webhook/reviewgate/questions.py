@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from webhook import fields
 from webhook.config import PlatformConfig
-from webhook.engine.model import PolicyResult
+from webhook.engine import PolicyResult
 from webhook.workloads.model import PodGroup, TopologyConstraint, Workload
 
 Verdict = Literal["ok", "needs attention", "not applicable"]

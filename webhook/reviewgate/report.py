@@ -14,10 +14,16 @@ from typing import Any, Literal
 
 from webhook import fields
 from webhook.documents import Document
-from webhook.engine.compile import PolicySet
-from webhook.engine.exceptions import PolicyException, exemption_for
-from webhook.engine.model import Decision, Finding, PolicyResult
-from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.engine import (
+    AdmissionInput,
+    Decision,
+    Engine,
+    Finding,
+    PolicyException,
+    PolicyResult,
+    PolicySet,
+    exemption_for,
+)
 from webhook.errors import InputError
 from webhook.reviewgate.questions import Answer, Facts, answer_all
 from webhook.workloads.model import Workload

@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from webhook import __version__
-from webhook.engine.model import Policy
+from webhook.engine import Policy
 from webhook.reviewgate.report import FindingRecord, Report, WorkloadReview
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"

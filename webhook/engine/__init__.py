@@ -1,0 +1,41 @@
+"""The engine's public face: everything a front door (webhook, CLI, review gate, policy tests,
+audit) and the tests outside ``tests/engine`` may import from the engine.
+
+The submodules are the engine's own business (load → compile → match → mutate → evaluate →
+decide, run by ``pipeline``); importing them from outside is refused by the layer contract in
+``.importlinter``.
+"""
+
+from __future__ import annotations
+
+from webhook.engine.compile import CompiledPolicy, PolicySet, load_policy_set
+from webhook.engine.exceptions import (
+    PolicyException,
+    exemption_for,
+    load_exceptions,
+    parse_exception,
+    unknown_policies,
+)
+from webhook.engine.load import default_policies_dir, policy_files
+from webhook.engine.model import Decision, Finding, Outcome, Policy, PolicyResult
+from webhook.engine.pipeline import AdmissionInput, Engine
+
+__all__ = [
+    "AdmissionInput",
+    "CompiledPolicy",
+    "Decision",
+    "Engine",
+    "Finding",
+    "Outcome",
+    "Policy",
+    "PolicyException",
+    "PolicyResult",
+    "PolicySet",
+    "default_policies_dir",
+    "exemption_for",
+    "load_exceptions",
+    "load_policy_set",
+    "parse_exception",
+    "policy_files",
+    "unknown_policies",
+]
