@@ -10,6 +10,7 @@ import base64
 import copy
 import filecmp
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -75,11 +76,11 @@ def test_sync_script_reproduces_the_copies(tmp_path: Path) -> None:
 # --- the default render is the kustomize base ---------------------------------------------------
 
 
-def _kustomize() -> list[Obj]:
+def _kustomize(directory: Path = ROOT / "deploy") -> list[Obj]:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl (with its built-in kustomize) renders deploy/"
     result = subprocess.run(
-        [kubectl, "kustomize", str(ROOT / "deploy")], capture_output=True, text=True, timeout=120, check=False
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
@@ -139,6 +140,33 @@ def test_default_render_is_the_kustomize_base(helm: Helm) -> None:
     assert sorted(chart) == sorted(base)
     for key, expected in base.items():
         assert chart[key] == expected, f"{key} differs from the kustomize base"
+
+
+@pytest.mark.skipif(not (ROOT / "deploy" / "audit").is_dir(), reason="no kustomize audit component")
+def test_audit_render_is_the_base_with_the_audit_component(helm: Helm, tmp_path: Path) -> None:
+    """audit.enabled renders what an overlay of the base plus deploy/audit/ renders."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(ROOT / "deploy", overlay)],
+                "components": [os.path.relpath(ROOT / "deploy" / "audit", overlay)],
+                # The base's own convention, which the component's objects do not inherit.
+                "labels": [{"pairs": {"app.kubernetes.io/part-of": "trainguard"}}],
+            }
+        ),
+        encoding="utf-8",
+    )
+    values = {"audit": {"enabled": True}}
+    chart = _by_key([_normalise_helm(o) for o in helm.objects(values, extra=("--no-hooks",), tmp=tmp_path)])
+    base = _by_key([_normalise_kustomize(o) for o in _kustomize(overlay)])
+    del base[("Namespace", NAMESPACE)]
+    assert sorted(chart) == sorted(base)
+    for key, expected in base.items():
+        assert chart[key] == expected, f"{key} differs from the kustomize base with deploy/audit"
 
 
 def test_default_render_adds_the_certificate_job_as_hooks(helm: Helm) -> None:
