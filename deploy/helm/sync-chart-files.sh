@@ -3,6 +3,8 @@
 #   policies/*.yaml                     -> trainguard/files/policies/   (the policies ConfigMap)
 #   deploy/webhook-configurations.yaml  -> trainguard/files/            (the webhook configurations)
 #   deploy/crds/*.yaml                  -> trainguard/crds/             (the PolicyException CRD)
+#   deploy/rbac.yaml                    -> trainguard/files/rbac/rbac.yaml
+#   deploy/<component>/rbac*.yaml       -> trainguard/files/rbac/<component>.yaml  (self-register, audit)
 #
 # Helm reads no file outside the chart directory (.Files), so the chart holds copies.
 # tests/deploy/test_chart.py fails while a copy differs from its source: run this script, then
@@ -28,3 +30,13 @@ sync_dir() {  # sync_dir SRC DST: DST/*.yaml becomes exactly SRC/*.yaml
 sync_dir "$root/policies" "$chart/files/policies"
 sync_dir "$root/deploy/crds" "$chart/crds"
 cp -- "$root/deploy/webhook-configurations.yaml" "$chart/files/webhook-configurations.yaml"
+
+mkdir -p "$chart/files/rbac"
+rm -f -- "$chart/files/rbac/"*.yaml
+cp -- "$root/deploy/rbac.yaml" "$chart/files/rbac/rbac.yaml"
+for component in self-register audit; do
+  for f in "$root/deploy/$component"/rbac*.yaml; do
+    [ -e "$f" ] && cp -- "$f" "$chart/files/rbac/$component.yaml"
+  done
+done
+exit 0

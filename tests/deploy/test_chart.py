@@ -59,6 +59,21 @@ def test_webhook_configurations_copy_is_identical() -> None:
     )
 
 
+def test_rbac_copies_are_the_base_and_its_components() -> None:
+    sources = {"rbac.yaml": ROOT / "deploy" / "rbac.yaml"}
+    for component in ("self-register", "audit"):
+        for path in sorted((ROOT / "deploy" / component).glob("rbac*.yaml")):
+            sources[f"{component}.yaml"] = path
+    copies = CHART / "files" / "rbac"
+    assert sorted(p.name for p in copies.glob("*.yaml")) == sorted(sources), (
+        "run deploy/helm/sync-chart-files.sh"
+    )
+    for name, source in sources.items():
+        assert filecmp.cmp(source, copies / name, shallow=False), (
+            f"{name}: run deploy/helm/sync-chart-files.sh"
+        )
+
+
 def test_sync_script_reproduces_the_copies(tmp_path: Path) -> None:
     """The script, run on a copy of the tree, changes nothing: the committed copies are its output."""
     tree = tmp_path / "repo"
@@ -67,7 +82,7 @@ def test_sync_script_reproduces_the_copies(tmp_path: Path) -> None:
     shutil.copytree(ROOT / "deploy" / "crds", tree / "deploy" / "crds")
     subprocess.run(["sh", str(tree / "deploy" / "helm" / "sync-chart-files.sh")], check=True, timeout=60)
     made = tree / "deploy" / "helm" / "trainguard"
-    for sub in ("files/policies", "crds"):
+    for sub in ("files/policies", "files/rbac", "crds"):
         names = sorted(p.name for p in (CHART / sub).glob("*.yaml"))
         assert sorted(p.name for p in (made / sub).glob("*.yaml")) == names
         assert filecmp.cmpfiles(CHART / sub, made / sub, names, shallow=False)[1:] == ([], [])
@@ -265,7 +280,9 @@ def _check_failure_policies(objects: list[Obj]) -> None:
     args = _container(objects)["args"]
     assert "--self-register" not in args and "--ca-bundle" not in args
     roles = [o for o in objects if o["kind"] == "ClusterRole"]
-    assert not [r for role in roles for r in role["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]]
+    assert not [
+        r for role in roles for r in role["rules"] if "admissionregistration.k8s.io" in r["apiGroups"]
+    ]
 
 
 def _check_no_plain_cpu_skip(objects: list[Obj]) -> None:

@@ -61,3 +61,101 @@ kind: PlatformConfig
 {{- fail "no policies: set policies.shipped, policies.extra or policies.existingConfigMap (an empty policy set would admit everything, so the server refuses it)" -}}
 {{- end -}}
 {{- end -}}
+
+
+{{/*
+The RBAC of `serve --audit` (the kustomize component deploy/audit/), for a base that has no such
+component yet; files/rbac/audit.yaml replaces it when sync-chart-files.sh finds one.
+*/}}
+{{- define "trainguard.auditRBAC" -}}
+# `serve --audit`: read every workload kind trainguard decides, write policy reports, and hold the
+# Lease that elects the one replica that writes (the kustomize component deploy/audit/).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: trainguard-audit
+  labels:
+    app.kubernetes.io/name: trainguard
+rules:
+  - apiGroups: [""]
+    resources: [pods]
+    verbs: [list, watch]
+  - apiGroups: [apps]
+    resources: [deployments, statefulsets]
+    verbs: [list, watch]
+  - apiGroups: [batch]
+    resources: [jobs]
+    verbs: [list, watch]
+  - apiGroups: [kubeflow.org]
+    resources: [pytorchjobs, mpijobs]
+    verbs: [list, watch]
+  - apiGroups: [trainer.kubeflow.org]
+    resources: [trainjobs]
+    verbs: [list, watch]
+  - apiGroups: [batch.volcano.sh]
+    resources: [jobs]
+    verbs: [list, watch]
+  - apiGroups: [jobset.x-k8s.io]
+    resources: [jobsets]
+    verbs: [list, watch]
+  - apiGroups: [ray.io]
+    resources: [rayjobs, rayclusters]
+    verbs: [list, watch]
+  - apiGroups: [leaderworkerset.x-k8s.io]
+    resources: [leaderworkersets]
+    verbs: [list, watch]
+  - apiGroups: [wgpolicyk8s.io]
+    resources: [policyreports, clusterpolicyreports]
+    verbs: [list, create, patch, delete]
+  - apiGroups: [openreports.io]
+    resources: [reports, clusterreports]
+    verbs: [list, create, patch, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: trainguard-audit
+  labels:
+    app.kubernetes.io/name: trainguard
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: trainguard-audit
+subjects:
+  - kind: ServiceAccount
+    name: trainguard
+    namespace: trainguard-system
+---
+# The Lease trainguard-audit, in the release namespace only (create cannot be limited by name).
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: trainguard-audit-lease
+  namespace: trainguard-system
+  labels:
+    app.kubernetes.io/name: trainguard
+rules:
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    resourceNames: [trainguard-audit]
+    verbs: [get, update]
+  - apiGroups: [coordination.k8s.io]
+    resources: [leases]
+    verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: trainguard-audit-lease
+  namespace: trainguard-system
+  labels:
+    app.kubernetes.io/name: trainguard
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: Role
+  name: trainguard-audit-lease
+subjects:
+  - kind: ServiceAccount
+    name: trainguard
+    namespace: trainguard-system
+{{- end -}}
