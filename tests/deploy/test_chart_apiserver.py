@@ -109,3 +109,40 @@ def test_the_certificate_job_writes_the_secret_the_webhook_mounts(
         v["name"]: v for v in find(objects, "Deployment", "trainguard")["spec"]["template"]["spec"]["volumes"]
     }
     assert volumes["tls"]["secret"]["secretName"] == "trainguard-tls"
+
+
+def test_every_pod_meets_the_restricted_pod_security_standard(
+    helm: Helm, apiserver: ControlPlane, fresh_namespace: str, tmp_path: Path
+) -> None:
+    """The webhook's and the certificate Job's pods, created (dry run) where `restricted` is enforced.
+
+    No controller turns the templates into Pods here, so the test does: Pod Security admission
+    judges Pods only, and refuses with the names of the offending fields.
+    """
+    apiserver.kubectl("label", "namespace", fresh_namespace, "pod-security.kubernetes.io/enforce=restricted")
+    objects = helm.objects(namespace=fresh_namespace)
+    pods = [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"{o['metadata']['name']}-{o['kind'].lower()}",
+                "namespace": fresh_namespace,
+            },
+            "spec": o["spec"]["template"]["spec"],
+        }
+        for o in objects
+        if o["kind"] in ("Deployment", "Job")
+    ]
+    assert len(pods) == 2
+    out = _dry_run(apiserver, pods, tmp_path)
+    assert out.count("created (server dry run)") == 2
+    # The namespace really enforces it: the same Pod without its security context is refused.
+    bare = yaml.safe_load(yaml.safe_dump(pods[0]))
+    bare["metadata"]["name"] = "no-security-context"
+    del bare["spec"]["securityContext"]
+    for container in bare["spec"]["containers"]:
+        del container["securityContext"]
+    (tmp_path / "bare.yaml").write_text(yaml.safe_dump(bare), encoding="utf-8")
+    refused = apiserver.kubectl("apply", "--dry-run=server", "-f", str(tmp_path / "bare.yaml"), check=False)
+    assert refused.returncode != 0 and "violates PodSecurity" in refused.stderr, refused.stderr
