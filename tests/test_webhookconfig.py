@@ -545,7 +545,9 @@ def owned_by(obj: Obj, kind: str, *, controller: bool | None = True, api_version
 DS_AFFINITY = {
     "nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+            ]
         }
     }
 }
@@ -556,7 +558,10 @@ NODE_LEVEL_CASES = [
     pytest.param(owned_by(pod(container(), affinity=DS_AFFINITY), "DaemonSet"), None, True, id="daemonset"),
     pytest.param(owned_by(pod(container(**GPU)), "DaemonSet"), None, True, id="daemonset-with-gpu"),
     pytest.param(
-        owned_by(pod(container(**GPU)), "DaemonSet", controller=None), None, False, id="daemonset-not-controller"
+        owned_by(pod(container(**GPU)), "DaemonSet", controller=None),
+        None,
+        False,
+        id="daemonset-not-controller",
     ),
     pytest.param(
         owned_by(pod(container(**GPU)), "DaemonSet", api_version="example.com/v1"),
@@ -569,7 +574,10 @@ NODE_LEVEL_CASES = [
         pod(container(**CPU), priorityClassName="system-node-critical"), None, True, id="system-node-critical"
     ),
     pytest.param(
-        pod(container(), priorityClassName="system-cluster-critical"), None, True, id="system-cluster-critical"
+        pod(container(), priorityClassName="system-cluster-critical"),
+        None,
+        True,
+        id="system-cluster-critical",
     ),
     pytest.param(
         pod(container(**GPU), priorityClassName="system-node-critical"), None, False, id="critical-with-gpu"
@@ -583,7 +591,10 @@ NODE_LEVEL_CASES = [
         id="tolerates-every-noschedule-taint",
     ),
     pytest.param(
-        pod(container(), tolerations=[{"key": "gpu", "operator": "Exists"}]), None, False, id="keyed-toleration"
+        pod(container(), tolerations=[{"key": "gpu", "operator": "Exists"}]),
+        None,
+        False,
+        id="keyed-toleration",
     ),
     pytest.param(pod(container(**GPU), tolerations=EVERYTHING), None, False, id="tolerates-everything-gpu"),
     pytest.param(
@@ -647,7 +658,9 @@ def test_node_level_pods_are_sent_to_neither_webhook(
 def test_the_engine_skips_exactly_the_node_level_pods(obj: Obj, old: Obj | None, node_level: bool) -> None:
     """`trainguard check` and the cluster agree: what the API server never sends, the CLI skips."""
     decision = engine().review(
-        AdmissionInput(object=obj, operation="UPDATE" if old else "CREATE", old_object=old, namespace="default")
+        AdmissionInput(
+            object=obj, operation="UPDATE" if old else "CREATE", old_object=old, namespace="default"
+        )
     )
     skipped = (decision.skipped_reason or "").startswith("node-level Pod: ")
     assert skipped is node_level, decision.skipped_reason

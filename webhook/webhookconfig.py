@@ -16,9 +16,9 @@ from typing import Any, Literal
 import yaml
 
 from webhook import certs, kinds
-from webhook.nodelevel import CRITICAL_PRIORITY_CLASSES
 from webhook.config import PlatformConfig, load_config
 from webhook.errors import TrainguardError
+from webhook.nodelevel import CRITICAL_PRIORITY_CLASSES
 
 FailurePolicy = Literal["Fail", "Ignore"]
 OutputFormat = Literal["yaml", "json"]
@@ -253,9 +253,7 @@ def _not_node_level() -> str:
         "  (!has(tol.key) || tol.key == '') && has(tol.operator) && tol.operator == 'Exists'))"
     )
     unowned = (
-        "(has(o.spec) && [o.spec].all(s,\n"
-        + _indent(_no_accelerators() + " &&\n(" + agent + ")", 2)
-        + "))"
+        "(has(o.spec) && [o.spec].all(s,\n" + _indent(_no_accelerators() + " &&\n(" + agent + ")", 2) + "))"
     )
     return (
         "!(\n"
