@@ -312,17 +312,19 @@ def test_a_replica_killed_and_the_other_rolled_fail_no_admission(
     transcripts: Transcripts,
 ) -> None:
     (a, b), balancer = ha_setup
-    # Until the API server's informer has the configurations and both replicas have answered.
-    warm = Driver(control_plane, namespace)
-    deadline = time.monotonic() + 30
+    # Until the API server's informer has the configurations and both replicas have answered (the
+    # balancer spreads connections, not requests: concurrent creates open more than one).
+    deadline = time.monotonic() + 60
     while not (a.admission_calls() and b.admission_calls()):
         assert time.monotonic() < deadline, "the API server never called both replicas through haproxy"
-        warm.stop.clear()
-        thread = threading.Thread(target=warm.run)
-        thread.start()
-        time.sleep(0.3)
+        warm = Driver(control_plane, namespace)
+        threads = [threading.Thread(target=warm.run) for _ in range(CLIENTS)]
+        for thread in threads:
+            thread.start()
+        time.sleep(0.5)
         warm.stop.set()
-        thread.join(timeout=40)
+        for thread in threads:
+            thread.join(timeout=40)
 
     driver = Driver(control_plane, namespace)
     clients = [threading.Thread(target=driver.run, name=f"client-{i}") for i in range(CLIENTS)]
@@ -337,6 +339,9 @@ def test_a_replica_killed_and_the_other_rolled_fail_no_admission(
             assert a.process is not None
             a.process.kill()  # SIGKILL
             a.process.wait(timeout=10)
+            # The balancer closes the API server's idle connections to A once A's sockets are gone;
+            # a request written at that very instant would be lost like one in flight (see above).
+            time.sleep(0.1)
         timeline.append(
             f"replica A SIGKILLed; haproxy marked it DOWN after {balancer.wait_for('r1', 'DOWN'):.2f} s"
         )
