@@ -137,14 +137,23 @@ def _raw_batch(
 
 
 def run_raw(
-    plane: Any, pod: dict[str, Any], arms: tuple[tuple[str, str], ...], quick: bool
+    plane: Any,
+    pod: dict[str, Any],
+    arms: tuple[tuple[str, str], ...],
+    quick: bool,
+    webhooks: dict[str, servers.Server],
 ) -> dict[str, Any]:
-    """The raw arm: persistent connections, dry-run Pod creates, concurrency 1 and 8, arms alternating."""
+    """The raw arm: persistent connections, dry-run Pod creates, concurrency 1 and 8, arms alternating.
+
+    Beside the latencies, each webhook server's CPU time per call over its own batches: on a shared
+    machine, wall time is stretched by whoever else wants the CPUs, CPU time much less.
+    """
     rounds = 2 if quick else 5
     # Creates per client thread per batch: 500 samples per arm at concurrency 1, 1,000 at 8.
     per_thread = {1: 40, 8: 10} if quick else {1: 100, 8: 25}
     body = json.dumps(pod).encode()
     latencies: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[str, float] = dict.fromkeys(webhooks, 0.0)
     load_before = os.getloadavg()
     for conc in RAW_CONCURRENCIES:
         clients = [RawClient(plane) for _ in range(conc)]
@@ -154,9 +163,12 @@ def run_raw(
                     _raw_batch(pool, clients, ns, body, per_thread[conc])
                 for _ in range(rounds):
                     for arm, ns in arms:
+                        before = webhooks[arm].cpu_seconds() if arm in webhooks else 0.0
                         latencies.setdefault((arm, conc), []).extend(
                             _raw_batch(pool, clients, ns, body, per_thread[conc])
                         )
+                        if arm in webhooks:
+                            cpu[arm] += webhooks[arm].cpu_seconds() - before
         finally:
             for client in clients:
                 client.close()
@@ -202,6 +214,14 @@ def run_raw(
             rows,
         )
     )
+    # Two calls per create (mutating, then validating) in both webhook arms.
+    calls = {arm: 2 * sum(len(latencies[(arm, c)]) for c in RAW_CONCURRENCIES) for arm in webhooks}
+    per_call = {arm: cpu[arm] / calls[arm] * 1000 for arm in webhooks}
+    print(
+        "webhook server CPU per call (raw arm, all concurrencies): "
+        + ", ".join(f"{arm} {ms:.3f} ms over {calls[arm]} calls" for arm, ms in per_call.items())
+    )
+    summary["raw_server_cpu_ms_per_call"] = {arm: round(ms, 3) for arm, ms in per_call.items()}
     summary["raw_loadavg"] = {
         "before": [round(x, 2) for x in load_before],
         "after": [round(x, 2) for x in load_after],
@@ -304,7 +324,7 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
             else:
                 raise RuntimeError("the API server never called the webhook")
             c0 = _metric(tg.url, tg.ca, "trainguard_admission_requests_total")
-            raw = run_raw(plane, objects["Pod"], arms, quick)
+            raw = run_raw(plane, objects["Pod"], arms, quick, {"on": tg, "noop": noop})
             raw["raw_trainguard_calls"] = _metric(tg.url, tg.ca, "trainguard_admission_requests_total") - c0
             if raw_only:
                 api_client.close()
