@@ -245,7 +245,7 @@ CASES = [
     ),
     pytest.param(
         _pytorchjob(spec={"elasticPolicy": {"minReplicas": 2, "maxReplicas": 6}}),
-        {"klass": "C", "elastic": ElasticRange(3, 7, "spec.elasticPolicy.minReplicas")},
+        {"klass": "C", "elastic": ElasticRange(3, 7, "spec.elasticPolicy.minReplicas", fixed=1)},
         id="pytorchjob-elastic-range-counts-the-master",
     ),
     pytest.param(
@@ -324,7 +324,7 @@ CASES = [
         """,
         {
             "klass": "C",
-            "elastic": ElasticRange(2, 4, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"),
+            "elastic": ElasticRange(2, 4, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]", launcher=True),
             "groups[0].containers[0].torchrun.nnodes_min": 2,
             "groups[0].containers[0].torchrun.nproc_per_node_int": 8,
         },
@@ -844,7 +844,7 @@ CASES = [
         {
             "klass": "C",
             "total_pods": 2,
-            "elastic": ElasticRange(2, 6, "spec.rayClusterSpec.workerGroupSpecs[0].minReplicas"),
+            "elastic": ElasticRange(2, 6, "spec.rayClusterSpec.workerGroupSpecs[0].minReplicas", fixed=1),
             "gang.mechanisms": ("kueue",),
             "restarts.bound": 2,
             "restarts.field": "spec.backoffLimit",
@@ -1091,7 +1091,8 @@ CASES = [
             "groups[0].name": "pod",
             "groups[0].template_pointer": "",
             "groups[0].containers[0].pointer": "/spec/containers/0",
-            "gang.mechanisms": ("kueue",),
+            "gang.mechanisms": (),
+            "gang.queue_name": "q",
             "owner": None,
             "kueue_managed": False,
             "suspend_path": None,
@@ -1131,7 +1132,7 @@ CASES = [
               image: x
               command: [bash, -c, "torchrun --nnodes=2:4 --rdzv-backend=c10d train.py"]
         """,
-        {"klass": "C", "total_pods": 4, "elastic": ElasticRange(2, 4, "spec.containers[0]")},
+        {"klass": "C", "total_pods": 4, "elastic": ElasticRange(2, 4, "spec.containers[0]", launcher=True)},
         id="pod-bare-torchrun-elastic-class-c",
     ),
     pytest.param(
@@ -1160,7 +1161,7 @@ CASES = [
             "klass": "B",
             "total_pods": 3,
             "total_gpus": 6,
-            "gang.mechanisms": ("kueue", "kueue-pod-group"),
+            "gang.mechanisms": ("kueue-pod-group",),
             "gang.min_available": 3,
             "gang.min_field": "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
         },

@@ -49,6 +49,9 @@ TAS_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 TAS_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 TAS_SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
 
+# scheduler-plugins coscheduling: pods join the PodGroup named by this label.
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+
 VALID_CLASSES: frozenset[str] = frozenset(("A", "B", "C"))
 VALID_ROLES: frozenset[str] = frozenset(("training", "inference"))
 VALID_TIERS: frozenset[str] = frozenset(("guaranteed", "preemptible"))
@@ -188,6 +191,18 @@ def job_pods(job_spec: dict[str, Any], where: str) -> int:
     return min(parallelism, completions) if completions is not None else parallelism
 
 
+def kueue_gangs(info: KindInfo, api_version: str) -> bool:
+    """Whether a Kueue queue label admits this kind as one whole workload.
+
+    Kueue has no Volcano Job integration, integrates mpi-operator's kubeflow.org/v2beta1 MPIJob but
+    not the training operator's v1, and makes every labelled bare Pod its own one-pod Workload: only
+    a pod group (read by the Pod adapter) gangs bare pods.
+    """
+    if info.group == "batch.volcano.sh" or info.kind == "Pod":
+        return False
+    return not (info.kind == "MPIJob" and api_version == "kubeflow.org/v1")
+
+
 # --------------------------------------------------------------------------------------------
 # The Draft
 
@@ -224,6 +239,9 @@ class Draft:
     role: Role | None = None
     owner: Owner | None = None
     kueue_managed: bool = False
+    group_name: str | None = None  # a bare pod's group
+    gaps: list[dict[str, str]] = field(default_factory=list)
+    unknown_runtime: str | None = None
 
     @classmethod
     def start(cls, obj: dict[str, Any], ctx: AdaptContext, info: KindInfo) -> Draft:
@@ -236,8 +254,9 @@ class Draft:
         d = cls(obj, ctx, info, name, namespace, labels, annotations, spec)
         queue = labels.get(QUEUE_LABEL)
         if queue and info.group != "batch.volcano.sh":  # Kueue has no Volcano Job integration
-            d.gang("kueue")
             d.queue_name = queue
+            if kueue_gangs(info, text(obj.get("apiVersion")) or ""):
+                d.gang("kueue")
         return d
 
     def gang(self, mechanism: str, minimum: int | None = None, where: str | None = None) -> None:

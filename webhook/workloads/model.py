@@ -86,13 +86,23 @@ class Gang:
     min_available: int | None = None  # declared minimum, if any
     min_field: str | None = None  # dotted field path where the minimum is declared
     queue_name: str | None = None  # Kueue LocalQueue, if labelled
+    # A bare pod's group (Kueue pod-group-name, else the coscheduling or Volcano group name): the
+    # identity its pods share. None for job kinds, whose identity is their own name.
+    group_name: str | None = None
+    # Pod templates that escape a gang the others join: [{"group", "field", "lacks"}], where
+    # "lacks" says what the template misses (a label, or the gang scheduler it does not use).
+    gaps: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ElasticRange:
+    """An elastic range in pods, `fixed` of them outside the elastic replicas (a Master)."""
+
     min: int
     max: int
     field: str  # dotted path of the declaration
+    fixed: int = 0  # pods counted in min and max that the declaration does not count
+    launcher: bool = False  # the range comes from a torchrun launch line, not from the kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +176,24 @@ class Workload:
     priority_class: str | None = None
     owner: Owner | None = None  # set for controller-created pods
     kueue_managed: bool = False  # a Kueue-managed pod: never relabel it
+    # A TrainJob whose (Cluster)TrainingRuntime is not known ("ClusterTrainingRuntime/torch"):
+    # it is decided on what the TrainJob states, and a policy warns about what went unchecked.
+    unknown_runtime: str | None = None
 
     @property
     def member(self) -> bool:
         return self.owner is not None
+
+    @property
+    def group_identity(self) -> str:
+        """What names this workload's pods together (DESIGN, group identity); "" for a lone pod.
+
+        A job's pods share its name. Bare pods share only their pod group: a pod without one is
+        its own group, and an affinity that selects only itself would constrain nothing.
+        """
+        if self.kind == "Pod" and self.owner is None:
+            return self.gang.group_name or ""
+        return self.name
 
     @property
     def torchrun(self) -> tuple[tuple[PodGroup, Container, TorchrunSpec], ...]:
@@ -208,7 +232,7 @@ class Workload:
             else sum(g.replicas for g in self.groups if g.name in torchrun_groups)
         )
         out["gpuPods"] = sum(g.replicas for g in self.groups if g.gpus_per_pod > 0)
-        out["podLabelValue"] = pod_label_value(self.name)
+        out["podLabelValue"] = pod_label_value(self.group_identity)
         out["suspendField"] = pointer_to_path(self.suspend_path) if self.suspend_path else None
         return out
 

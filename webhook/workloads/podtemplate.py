@@ -135,7 +135,7 @@ def read_template(
         if type(affinity) is not dict:
             _not_a(affinity, "a mapping", source, where + "/spec/affinity")
         terms = _required_node_terms(affinity)
-        topology_keys = _pod_affinity(d, affinity, name)
+        topology_keys = pod_affinity(d, affinity, name)
 
     tolerations = get("tolerations")
     if tolerations and type(tolerations) is not list:
@@ -376,7 +376,7 @@ def _required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any]
     )
 
 
-def _pod_affinity(d: Draft, affinity: dict[str, Any], group: str) -> tuple[str, ...]:
+def pod_affinity(d: Draft, affinity: dict[str, Any], group: str) -> tuple[str, ...]:
     """Topology keys of pod (anti-)affinity terms; pod affinity also constrains placement."""
     keys: list[str] = []
     for kind, together in (("podAffinity", True), ("podAntiAffinity", False)):
