@@ -106,7 +106,7 @@ def coscheduling(d: Draft) -> None:
     """scheduler-plugins gangs pods, whatever created them: a gang only when every template joins.
 
     Templates that stamp out no pods do not count. When some templates carry the label and others
-    do not, the others escape the gang: each is recorded as a gap naming the template.
+    do not, the others escape the gang: each is recorded as a gap naming the template and what it lacks.
     """
     live = [i for i, g in enumerate(d.groups) if g.replicas > 0]
     labelled = [i for i in live if d.groups[i].labels.get(COSCHEDULING_LABEL)]
@@ -121,7 +121,7 @@ def coscheduling(d: Draft) -> None:
                 {
                     "group": d.groups[i].name,
                     "field": template_field(d, i, "metadata.labels"),
-                    "lacks": f"label {COSCHEDULING_LABEL}",
+                    "problem": f"lacks label {COSCHEDULING_LABEL} that the other templates carry",
                 }
             )
 
@@ -141,7 +141,7 @@ def gang_scheduler_gaps(d: Draft, scheduler: str) -> bool:
                 {
                     "group": g.name,
                     "field": template_field(d, i, "spec.schedulerName"),
-                    "lacks": f"spec.schedulerName: {scheduler} (it pins {name})",
+                    "problem": f"pins {name}, so its pods escape the {scheduler} gang: remove it or set {scheduler}",
                 }
             )
     return clean

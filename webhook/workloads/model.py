@@ -89,8 +89,8 @@ class Gang:
     # A bare pod's group (Kueue pod-group-name, else the coscheduling or Volcano group name): the
     # identity its pods share. None for job kinds, whose identity is their own name.
     group_name: str | None = None
-    # Pod templates that escape a gang the others join: [{"group", "field", "lacks"}], where
-    # "lacks" says what the template misses (a label, or the gang scheduler it does not use).
+    # Pod templates that escape a gang the others join: [{"group", "field", "problem"}], where
+    # "problem" says, after the field, what takes the template's pods out of the gang.
     gaps: tuple[dict[str, str], ...] = ()
 
 
