@@ -324,7 +324,9 @@ CASES = [
         """,
         {
             "klass": "C",
-            "elastic": ElasticRange(2, 4, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]", launcher=True),
+            "elastic": ElasticRange(
+                2, 4, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]", launcher=True
+            ),
             "groups[0].containers[0].torchrun.nnodes_min": 2,
             "groups[0].containers[0].torchrun.nproc_per_node_int": 8,
         },

@@ -141,7 +141,9 @@ def gang_scheduler_gaps(d: Draft, scheduler: str) -> bool:
                 {
                     "group": g.name,
                     "field": template_field(d, i, "spec.schedulerName"),
-                    "problem": f"pins {name}, so its pods escape the {scheduler} gang: remove it or set {scheduler}",
+                    "problem": (
+                        f"pins {name}, so its pods escape the {scheduler} gang: remove it or set {scheduler}"
+                    ),
                 }
             )
     return clean

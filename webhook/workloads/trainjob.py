@@ -22,18 +22,18 @@ from typing import Any
 
 from webhook.workloads.common import (
     Draft,
-    str_map,
-    tas_constraints,
     count,
     job_pods,
     mapping,
     optional_count,
     sequence,
+    str_map,
+    tas_constraints,
     text,
     volcano_network_topology,
 )
-from webhook.workloads.model import ElasticRange, Restarts
 from webhook.workloads.jobset import EXCLUSIVE_TOPOLOGY
+from webhook.workloads.model import ElasticRange, Restarts
 from webhook.workloads.podtemplate import pod_affinity, read_template
 
 ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"

@@ -2,8 +2,9 @@
 
 The Volcano scheduler gangs a job at `minAvailable` (default: all task replicas). Volcano's
 admission webhook fills an empty `schedulerName` with `volcano`, so only another scheduler name
-turns the gang off, for the job or for one task whose template pins it (`default-scheduler`): such a
-task's pods are placed outside the gang, so the job declares no gang. `minAvailable` below the total makes the surplus pods elastic (class C).
+turns the gang off, for the job or for one task whose template pins it (`default-scheduler`):
+such a task's pods are placed outside the gang, so the job declares no gang. `minAvailable` below
+the total makes the surplus pods elastic (class C).
 """
 
 from __future__ import annotations
