@@ -74,6 +74,9 @@ class PodGroup:
     # False when the template is not inside this object (a TrainJob's runtime templates):
     # mutations must not write at template_pointer.
     patchable: bool = True
+    # Where such a template is: "ClusterTrainingRuntime/torch:spec.template.spec.replicatedJobs[1]
+    # .template.spec.template", so that messages name a field the user can find. "" otherwise.
+    source_field: str = field(default="", metadata={"view": False})
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,14 +208,19 @@ class Workload:
         Containers carry name, pointer and accelerators, not their raw command line and env
         (those are on `object`; torchrun's parsed facts are in `torchrun`). Besides the fields,
         it carries what policies need to write good messages: each group's
-        `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template." or "" for a Pod) and each
+        `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template.", the runtime's template for a
+        TrainJob, "" for a Pod) and each
         torchrun entry's container field path.
         """
         out: dict[str, Any] = _to_view(self)
         out["member"] = self.member
         for group, gv in zip(self.groups, out["groups"], strict=True):
             gv["fieldPrefix"] = (
-                pointer_to_path(group.template_pointer) + "." if group.template_pointer else ""
+                pointer_to_path(group.template_pointer) + "."
+                if group.template_pointer
+                else group.source_field + "."
+                if group.source_field
+                else ""
             )
         out["torchrun"] = [
             {

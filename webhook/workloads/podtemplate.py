@@ -160,6 +160,7 @@ def read_template(
         pod_affinity_topology_keys=topology_keys,
         restart_policy=restart_policy or _opt_text(get("restartPolicy")),
         patchable=patchable,
+        source_field=_field(source, source_pointer) if source and source_pointer else "",
     )
     d.groups.append(group)
     d.sources.append((source, where))
