@@ -190,7 +190,39 @@ class Refusal:
         return self.id
 
 
+def torchrun_pod(name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
+    """One of 4 bare pods that run a 4-node torchrun: only a pod group gangs them."""
+    manifest = pod(name, namespace, gpus=8, **kwargs)
+    manifest["spec"]["containers"][0]["command"] = [
+        "torchrun",
+        "--nnodes=4",
+        "--nproc-per-node=8",
+        "train.py",
+    ]
+    return manifest
+
+
 REFUSALS = [
+    Refusal(
+        "gang-required:bare-torchrun-pods-with-only-a-queue-label",
+        torchrun_pod(
+            "tg-queued-node-0",
+            OTHER_NS,
+            labels={QUEUE_LABEL: TEAM_QUEUE},
+            annotations={"trainguard.dev/topology-slo": "best-effort"},
+        ),
+        "gang-required",
+        (
+            "makes each pod its own one-pod Kueue workload",
+            'annotation kueue.x-k8s.io/pod-group-total-count: "4"',
+        ),
+    ),
+    Refusal(
+        "trainguard:kueue-pod-group-without-its-count",
+        torchrun_pod("tg-group-no-count-0", OTHER_NS, labels={"kueue.x-k8s.io/pod-group-name": "tg-run"}),
+        "trainguard",
+        ("annotation kueue.x-k8s.io/pod-group-total-count is missing: Kueue refuses",),
+    ),
     Refusal(
         "gang-required:multi-node-pytorchjob-without-queue",
         pytorchjob("tg-no-gang", OTHER_NS),
