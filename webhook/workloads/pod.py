@@ -145,9 +145,14 @@ def _gang(d: Draft) -> int | None:
     if kueue_group:
         raw = d.annotations.get(POD_GROUP_TOTAL)
         where = annotation_path(POD_GROUP_TOTAL)
-        if (raw is None or not raw.strip()) and d.owner is not None:
-            pass  # a controller's pod: its workload, not the pod, says how big the gang is
-        elif raw is None or not raw.strip():
+        if raw is not None and raw.strip():
+            if not raw.strip().isdigit():
+                raise InputError(
+                    f"{POD_GROUP_TOTAL} must be a non-negative integer, got {raw!r}", field=where
+                )
+            total = int(raw)
+            d.gang("kueue-pod-group", total, where)
+        elif d.owner is None:  # a controller's pod: its workload, not the pod, says how big the gang is
             named = (
                 annotation_path(POD_GROUP_NAME)
                 if d.annotations.get(POD_GROUP_NAME)
@@ -158,11 +163,6 @@ def _gang(d: Draft) -> int | None:
                 "refuses a pod group without its size; add the annotation with the group's pod count",
                 field=where,
             )
-        elif not raw.strip().isdigit():
-            raise InputError(f"{POD_GROUP_TOTAL} must be a non-negative integer, got {raw!r}", field=where)
-        else:
-            total = int(raw)
-            d.gang("kueue-pod-group", total, where)
     coscheduling = d.labels.get(COSCHEDULING_LABEL)
     if coscheduling:
         d.gang("coscheduling")
