@@ -18,7 +18,7 @@ from webhook.cli._common import (
 )
 from webhook.config import load_config
 from webhook.documents import Document, collect_manifests
-from webhook.engine import Decision, default_policies_dir, load_policy_set
+from webhook.engine import Decision, Engine, default_policies_dir, load_policy_set
 from webhook.errors import InputError
 
 
@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_ALLOWED if all(r["allowed"] for r in records) else EXIT_DENIED
 
 
-def _decide(engine: Any, doc: Document, namespace: str) -> Decision:
+def _decide(engine: Engine, doc: Document, namespace: str) -> Decision:
     """One document's decision; input too deep or too large to decide is that document's error."""
     try:
         return decide_document(engine, doc, namespace)

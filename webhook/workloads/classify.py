@@ -109,7 +109,7 @@ def coscheduling(d: Draft) -> None:
     do not, the others escape the gang: each is recorded as a gap naming the template and what it lacks.
     """
     live = [i for i, g in enumerate(d.groups) if g.replicas > 0]
-    labelled = [i for i in live if d.groups[i].labels.get(COSCHEDULING_LABEL)]
+    labelled = {i for i in live if d.groups[i].labels.get(COSCHEDULING_LABEL)}
     if not labelled:
         return
     if len(labelled) == len(live):
