@@ -1577,6 +1577,45 @@ CASES += [
         {"unknown_runtime": "TrainingRuntime/nowhere", "total_gpus": 8, "groups[0].name": "node"},
         id="trainjob-unknown-runtime-is-named",
     ),
+    pytest.param(
+        """
+        apiVersion: trainer.kubeflow.org/v1alpha1
+        kind: TrainJob
+        metadata: {name: tj}
+        spec:
+          runtimeRef: {name: nowhere}
+          runtimePatches:
+            - manager: kueue.x-k8s.io/manager
+              trainingRuntimeSpec:
+                template:
+                  spec:
+                    replicatedJobs:
+                      - name: node
+                        template:
+                          spec:
+                            template:
+                              spec:
+                                nodeSelector: {trainguard.dev/pool: training}
+                                tolerations: [{key: trainguard.dev/pool, operator: Exists}]
+        """,
+        {
+            "pool_targets": (
+                {
+                    "pool": "training",
+                    "field": "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
+                    ".template.spec.template.spec.nodeSelector",
+                    "via": "nodeSelector",
+                },
+                {
+                    "pool": "*",
+                    "field": "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
+                    ".template.spec.template.spec.tolerations[0]",
+                    "via": "toleration",
+                },
+            )
+        },
+        id="trainjob-runtime-patches-target-pools",
+    ),
 ]
 
 

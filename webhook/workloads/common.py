@@ -240,6 +240,7 @@ class Draft:
     owner: Owner | None = None
     kueue_managed: bool = False
     group_name: str | None = None  # a bare pod's group
+    patch_pool_targets: list[dict[str, str]] = field(default_factory=list)  # from TrainJob runtimePatches
     gaps: list[dict[str, str]] = field(default_factory=list)
     unknown_runtime: str | None = None
 
@@ -355,29 +356,9 @@ def pool_targets(d: Draft) -> tuple[dict[str, str], ...]:
     for group, (source, pointer) in zip(d.groups, d.sources, strict=True):
         if not (group.node_selector or group.required_node_terms or group.tolerations):
             continue
-        hits: list[tuple[str, str, str]] = []  # (pool, field suffix, via)
-        value = group.node_selector.get(label_key)
-        if value is not None:
-            hits.append((value, "spec.nodeSelector", "nodeSelector"))
-        for t, term in enumerate(group.required_node_terms):
-            for e, expr in enumerate(term):
-                if expr.get("key") == label_key and expr.get("operator") == "In":
-                    suffix = (
-                        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-                        f".nodeSelectorTerms[{t}].matchExpressions[{e}]"
-                    )
-                    for v in expr.get("values") or ():
-                        hits.append((str(v), suffix, "affinity"))
-        for i, tol in enumerate(group.tolerations):
-            key = tol.get("key")
-            op = tol.get("operator") or "Equal"
-            if key == taint_key:
-                pool = "*" if op == "Exists" or tol.get("value") is None else str(tol.get("value"))
-            elif not key and op == "Exists":
-                pool = "*"  # tolerates every taint, the pool taints included
-            else:
-                continue
-            hits.append((pool, f"spec.tolerations[{i}]", "toleration"))
+        hits = pool_hits(
+            group.node_selector, group.required_node_terms, group.tolerations, label_key, taint_key
+        )
         if hits:
             base = pointer_to_path(pointer)
             for pool, suffix, via in hits:
@@ -385,4 +366,38 @@ def pool_targets(d: Draft) -> tuple[dict[str, str], ...]:
                 if source is not None:
                     entry["object"] = source
                 out.append(entry)
-    return tuple(out)
+    return (*out, *d.patch_pool_targets)
+
+
+def pool_hits(
+    node_selector: dict[str, str],
+    terms: tuple[tuple[dict[str, Any], ...], ...],
+    tolerations: tuple[dict[str, Any], ...],
+    label_key: str,
+    taint_key: str,
+) -> list[tuple[str, str, str]]:
+    """(pool, field suffix in the pod template, via) for each way a pod spec targets a pool."""
+    hits: list[tuple[str, str, str]] = []
+    value = node_selector.get(label_key)
+    if value is not None:
+        hits.append((value, "spec.nodeSelector", "nodeSelector"))
+    for t, term in enumerate(terms):
+        for e, expr in enumerate(term):
+            if expr.get("key") == label_key and expr.get("operator") == "In":
+                suffix = (
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                    f".nodeSelectorTerms[{t}].matchExpressions[{e}]"
+                )
+                for v in expr.get("values") or ():
+                    hits.append((str(v), suffix, "affinity"))
+    for i, tol in enumerate(tolerations):
+        key = tol.get("key")
+        op = tol.get("operator") or "Equal"
+        if key == taint_key:
+            pool = "*" if op == "Exists" or tol.get("value") is None else str(tol.get("value"))
+        elif not key and op == "Exists":
+            pool = "*"  # tolerates every taint, the pool taints included
+        else:
+            continue
+        hits.append((pool, f"spec.tolerations[{i}]", "toleration"))
+    return hits

@@ -134,7 +134,7 @@ def read_template(
     if affinity:
         if type(affinity) is not dict:
             _not_a(affinity, "a mapping", source, where + "/spec/affinity")
-        terms = _required_node_terms(affinity)
+        terms = required_node_terms(affinity)
         topology_keys = pod_affinity(d, affinity, name)
 
     tolerations = get("tolerations")
@@ -360,7 +360,7 @@ def _grace(value: Any, source: str | None, where: str) -> int | None:
     )
 
 
-def _required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], ...]:
+def required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], ...]:
     na = affinity.get("nodeAffinity")
     if not isinstance(na, dict):
         return ()

@@ -24,8 +24,10 @@ from webhook.workloads.common import (
     Draft,
     count,
     job_pods,
+    join,
     mapping,
     optional_count,
+    pool_hits,
     sequence,
     str_map,
     tas_constraints,
@@ -34,7 +36,7 @@ from webhook.workloads.common import (
 )
 from webhook.workloads.jobset import EXCLUSIVE_TOPOLOGY
 from webhook.workloads.model import ElasticRange, Restarts
-from webhook.workloads.podtemplate import pod_affinity, read_template
+from webhook.workloads.podtemplate import pod_affinity, read_template, required_node_terms
 
 ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
 WEBHOOK_MANAGER = "trainguard.dev/webhook"  # the runtimePatches entry trainguard writes
@@ -155,8 +157,9 @@ def runtime_patches(d: Draft) -> None:
 
     Every entry (Kueue's, the user's, trainguard's own) is read alike: Kueue topology-aware
     scheduling annotations and pod affinity on a replicatedJob's pod template constrain that
-    replicatedJob's pods, and exclusive-topology annotations on the JobSet or Job template constrain
-    the whole job or that replicatedJob.
+    replicatedJob's pods, exclusive-topology annotations on the JobSet or Job template constrain
+    the whole job or that replicatedJob, and nodeSelector, required node affinity and tolerations
+    on the pool keys are pool targets, as on any pod template.
     """
     for i, raw in enumerate(sequence(d.spec.get("runtimePatches"), "spec.runtimePatches")):
         entry = f"spec.runtimePatches[{i}]"
@@ -183,6 +186,17 @@ def runtime_patches(d: Draft) -> None:
             pod = mapping(mapping(job.get("spec"), f"{rw}.template.spec").get("template"), pw)
             pod_meta = mapping(pod.get("metadata"), f"{pw}.metadata")
             tas_constraints(d, str_map(pod_meta.get("annotations"), f"{pw}.metadata.annotations"), name)
-            affinity = mapping(mapping(pod.get("spec"), f"{pw}.spec").get("affinity"), f"{pw}.spec.affinity")
+            pod_spec = mapping(pod.get("spec"), f"{pw}.spec")
+            affinity = mapping(pod_spec.get("affinity"), f"{pw}.spec.affinity")
             if affinity:
                 pod_affinity(d, affinity, name)
+            tolerations = sequence(pod_spec.get("tolerations"), f"{pw}.spec.tolerations")
+            hits = pool_hits(
+                str_map(pod_spec.get("nodeSelector"), f"{pw}.spec.nodeSelector"),
+                required_node_terms(affinity) if affinity else (),
+                tuple(t for t in tolerations if isinstance(t, dict)),
+                d.ctx.config.pool_label_key,
+                d.ctx.config.pool_taint_key,
+            )
+            for pool, suffix, via in hits:
+                d.patch_pool_targets.append({"pool": pool, "field": join(pw, suffix), "via": via})
