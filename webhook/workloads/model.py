@@ -30,10 +30,17 @@ class TorchrunSpec:
     standalone: bool = False
     rdzv_backend: str | None = None
     max_restarts: int | None = None
-    # Field name -> "flag" | "env": where each value came from.
+    # Field name -> "flag" | "env" | "operator": where each value came from.
     sources: dict[str, str] = field(default_factory=dict)
-    # Fields whose value was a $VAR reference we could not resolve from the container env.
+    # Fields whose value was a $VAR reference we could not resolve from the container env, and the
+    # markers "argv", "invalid", "limit" (webhook.workloads.torchrun.unknown).
     unresolved: tuple[str, ...] = ()
+    # For each "operator" source: the workload field the training operator injects it from
+    # ("nproc_per_node" -> "spec.nprocPerNode").
+    injected: dict[str, str] = field(default_factory=dict)
+    # Set when the launch line was past one of the parser's caps (its facts are then unknown):
+    # which cap, in words ("command + args has 175,000 words, over the cap of 1,024").
+    limit: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -244,7 +244,7 @@ def _container(
         command=cmd,
         args=arg,
         env=env,
-        torchrun=parse_container(cmd, arg, env),
+        torchrun=parse_container(cmd, arg, env, container_index=index),
     )
 
 
