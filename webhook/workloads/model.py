@@ -56,6 +56,8 @@ class Container:
     args: tuple[str, ...] = field(metadata={"view": False})
     env: dict[str, str | None] = field(metadata={"view": False})  # valueFrom entries map to None
     torchrun: TorchrunSpec | None = field(default=None, metadata={"view": False})
+    # The process count of an `mpirun -np N` launch line (MPIJob launchers), when N is a number.
+    mpirun_np: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,11 +7,25 @@ never class C.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from webhook.workloads._kubeflow import read_replica_specs, read_run_policy
 from webhook.workloads.common import Draft
+from webhook.workloads.torchrun.mpi import mpirun_np
 
 
 def adapt(d: Draft) -> None:
     read_replica_specs(d, "mpiReplicaSpecs", {"launcher": 1, "worker": 0})
     read_run_policy(d)
     d.elastic_declared = True
+    _launcher_process_counts(d)
+
+
+def _launcher_process_counts(d: Draft) -> None:
+    """`mpirun -np N` of the Launcher's containers, for the launch-consistency policy."""
+    for gi, group in enumerate(d.groups):
+        if group.name.lower() == "launcher":
+            containers = tuple(
+                replace(c, mpirun_np=mpirun_np(c.command, c.args, c.env)) for c in group.containers
+            )
+            d.groups[gi] = replace(group, containers=containers)

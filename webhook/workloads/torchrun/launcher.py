@@ -68,6 +68,17 @@ def find_launch(argv: Sequence[str], env: Environ, depth: int, meter: Meter) -> 
     return None
 
 
+def unwrap(argv: Sequence[str], i: int, env: Environ, meter: Meter) -> int:
+    """The index of the command that the wrappers from argv[i] on finally run."""
+    while i < len(argv):
+        meter.charge(1)
+        wrapper = _WRAPPERS.get(base(argv[i]))
+        if wrapper is None:
+            return i
+        i = wrapper(argv, i + 1, env, meter)
+    return i
+
+
 def _find_in_python(argv: Sequence[str], start: int, env: Environ, meter: Meter) -> Found | None:
     i, n = start, len(argv)
     while i < n:
