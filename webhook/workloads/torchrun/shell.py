@@ -54,7 +54,8 @@ class Unfollowable(Exception):
         self.launcher = launcher
 
 
-_MENTION = re.compile(r"(?:^|[\s;&|(/])(torchrun|torch\.distributed\.(?:run|launch))(?=$|[\s;&|)'\"])")
+# A launcher's name as a word of its own, however deeply it is quoted.
+_MENTION = re.compile(r"(?:^|[\s;&|(/'\"\\])(torchrun|torch\.distributed\.(?:run|launch))(?=$|[\s;&|)'\"\\])")
 
 
 def mentions_launcher(text: str) -> str | None:
