@@ -122,7 +122,7 @@ def growth(quick: bool) -> tuple[list[list[Any]], dict[str, dict[str, float]]]:
     return rows, fits
 
 
-def _pod(command: list[str]) -> dict[str, Any]:
+def _pod(command: list[str], containers: int = 1) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -130,11 +130,12 @@ def _pod(command: list[str]) -> dict[str, Any]:
         "spec": {
             "containers": [
                 {
-                    "name": "trainer",
+                    "name": f"trainer-{i}",
                     "image": "x",
                     "command": command,
                     "resources": {"limits": {"nvidia.com/gpu": 8}},
                 }
+                for i in range(containers)
             ]
         },
     }
@@ -152,8 +153,11 @@ def probes(quick: bool) -> list[list[Any]]:
 
     engine = engine_for()
     rows = []
-    for name, make in PROBES.items():
-        obj = _pod(make(1_400_000))
+    # Each container within its own caps, together past the workload's (limits.MAX_WORKLOAD_WORK).
+    script = ["sh", "-c", _fill("A=1; echo $A; ", 64_000) + "torchrun t.py"]
+    pods = {name: _pod(make(1_400_000)) for name, make in PROBES.items()}
+    pods["22 containers x 64 KB script"] = _pod(script, 22)
+    for name, obj in pods.items():
         size = len(json.dumps(obj, separators=(",", ":")))
         inp = AdmissionInput(object=obj, namespace="ml")
         decision = engine.review(inp)

@@ -26,6 +26,7 @@ from webhook.workloads.model import (
     TopologyConstraint,
     WorkloadClass,
 )
+from webhook.workloads.torchrun.limits import WorkloadBudget
 
 # Keys trainguard reads on workloads.
 TIER_LABEL = "trainguard.dev/tier"
@@ -224,6 +225,8 @@ class Draft:
     role: Role | None = None
     owner: Owner | None = None
     kueue_managed: bool = False
+    # The work left for reading this workload's launch lines (every container draws on it).
+    launch_budget: WorkloadBudget = field(default_factory=WorkloadBudget)
 
     @classmethod
     def start(cls, obj: dict[str, Any], ctx: AdaptContext, info: KindInfo) -> Draft:

@@ -11,7 +11,7 @@ from webhook.workloads.torchrun.injection import Injected, inject
 def adapt(d: Draft) -> None:
     counts = read_replica_specs(d, "pytorchReplicaSpecs", {})
     read_run_policy(d)
-    inject(d.groups, _operator_env(d, counts), lambda group, container: True)
+    inject(d.groups, _operator_env(d, counts), lambda group, container: True, d.launch_budget)
     if "elasticPolicy" not in d.spec or d.spec["elasticPolicy"] is None:
         return
     ep = mapping(d.spec["elasticPolicy"], "spec.elasticPolicy")

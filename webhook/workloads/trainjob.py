@@ -65,6 +65,7 @@ def adapt(d: Draft) -> None:
         d.groups,
         _operator_env(trainer, ml, nodes, bool(jobs), source),
         lambda g, c: c.pointer == "/spec/trainer",
+        d.launch_budget,
     )
 
     pgp = mapping(rspec.get("podGroupPolicy"), f"{source}:spec.podGroupPolicy")

@@ -6,8 +6,10 @@ import shlex
 
 import pytest
 
+from webhook.config import load_config
+from webhook.workloads import AdaptContext, build_workload
 from webhook.workloads.torchrun import ARGV, LIMIT, parse_launch
-from webhook.workloads.torchrun.limits import MAX_CONTAINERS
+from webhook.workloads.torchrun.limits import MAX_CONTAINERS, MAX_WORKLOAD_WORK
 
 
 def _nested(script: str, levels: int) -> str:
@@ -64,3 +66,28 @@ def test_past_a_cap_a_command_that_names_no_launcher_is_nothing() -> None:
 def test_within_the_caps_nothing_is_reported() -> None:
     parsed = parse_launch(["timeout", "5"] * 500 + ["torchrun", "--nnodes=2", "t.py"], [], {})
     assert parsed.spec is not None and parsed.spec.limit is None and parsed.spec.nnodes == "2"
+
+
+def test_a_workload_repeating_long_launch_lines_stops_at_its_budget() -> None:
+    """Each container is within its own caps; together they are past the workload's budget, and
+    the containers read after that say so."""
+    script = "A=1; echo $A; " * 4600 + "torchrun --nnodes=2 t.py"  # 64 KB, within the script cap
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {
+            "containers": [
+                {"name": f"c{i}", "image": "x", "command": ["sh", "-c", script]} for i in range(40)
+            ]
+        },
+    }
+    workload = build_workload(pod, AdaptContext(config=load_config(), namespace="ml"))
+    assert workload is not None
+    specs = [t for _, _, t in workload.torchrun]
+    read = [t for t in specs if t.limit is None]
+    assert len(specs) == 40 and 0 < len(read) < 40
+    assert all(t.nnodes == "2" for t in read)
+    assert {t.limit for t in specs[len(read) :]} <= {
+        f"the workload's launch lines together take more than {MAX_WORKLOAD_WORK:,} steps"
+    }

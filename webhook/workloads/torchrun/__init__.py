@@ -35,13 +35,23 @@ from webhook.workloads.torchrun.limits import (
     MAX_WORDS,
     Meter,
     OverLimit,
+    WorkloadBudget,
     over,
 )
 from webhook.workloads.torchrun.shell import Unfollowable, mentions_launcher
 from webhook.workloads.torchrun.spec import Injected, LaunchParse, evaluate
 from webhook.workloads.torchrun.unknown import ARGV, INVALID, LIMIT
 
-__all__ = ["ARGV", "INVALID", "LIMIT", "Injected", "LaunchParse", "parse_container", "parse_launch"]
+__all__ = [
+    "ARGV",
+    "INVALID",
+    "LIMIT",
+    "Injected",
+    "LaunchParse",
+    "WorkloadBudget",
+    "parse_container",
+    "parse_launch",
+]
 
 
 def parse_container(
@@ -51,6 +61,7 @@ def parse_container(
     *,
     injected: Mapping[str, Injected] | None = None,
     container_index: int = 0,
+    budget: WorkloadBudget | None = None,
 ) -> TorchrunSpec | None:
     """The container's torchrun view, or None when it neither launches torchrun nor sets PET_NNODES /
     PET_NPROC_PER_NODE (then the launcher is "env").
@@ -58,8 +69,12 @@ def parse_container(
     `injected`: PET_* entries the training operator adds to this container (they override the
     container's own, as the kubelet lets the last entry of a name win); they feed a launch, but do
     not make one. `container_index`: the container's place in its pod (limits.MAX_CONTAINERS).
+    `budget`: the work its workload has left (limits.MAX_WORKLOAD_WORK), charged with this parse.
     """
-    return parse_launch(command, args, env, injected=injected, container_index=container_index).spec
+    parsed = parse_launch(
+        command, args, env, injected=injected, container_index=container_index, budget=budget
+    )
+    return parsed.spec
 
 
 def parse_launch(
@@ -69,9 +84,25 @@ def parse_launch(
     *,
     injected: Mapping[str, Injected] | None = None,
     container_index: int = 0,
+    budget: WorkloadBudget | None = None,
 ) -> LaunchParse:
     """Like parse_container, with the launched argv, the reason for an INVALID verdict and the work spent."""
-    meter = Meter()
+    meter = budget.meter() if budget is not None else Meter()
+    try:
+        return _parse(command, args, env, injected, container_index, meter)
+    finally:
+        if budget is not None:
+            budget.spent(meter)
+
+
+def _parse(
+    command: Sequence[str],
+    args: Sequence[str],
+    env: Mapping[str, str | None],
+    injected: Mapping[str, Injected] | None,
+    container_index: int,
+    meter: Meter,
+) -> LaunchParse:
     words = (*command, *args)
     limit = _over_a_cap(words, env, container_index)
     own_pet = "PET_NNODES" in env or "PET_NPROC_PER_NODE" in env
@@ -79,14 +110,13 @@ def parse_launch(
         full = {**env, **{k: v.value for k, v in injected.items()}} if injected else env
         try:
             found = _find(command, words, full, meter)
-        except OverLimit as e:
-            limit = str(e)
-        else:
             if found is None:
                 if not own_pet:
                     return LaunchParse(spec=None, work=meter.work)
                 found = Found(launcher="env", argv=(), env=_pet(env))
             return evaluate(found, meter, injected)
+        except OverLimit as e:
+            limit = str(e)
     # Past a cap: nothing more is read than a scan for a launcher's name.
     launcher = next((m for m in map(mentions_launcher, words) if m), None)
     if launcher is None and not own_pet:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from webhook.workloads.model import Container, PodGroup
-from webhook.workloads.torchrun import parse_container
+from webhook.workloads.torchrun import WorkloadBudget, parse_container
 from webhook.workloads.torchrun.spec import Injected
 
 __all__ = ["Injected", "inject"]
@@ -23,6 +23,7 @@ def inject(
     groups: list[PodGroup],
     injected: Mapping[str, Injected],
     wanted: Callable[[PodGroup, Container], bool],
+    budget: WorkloadBudget,
 ) -> None:
     """Replace, in `groups`, each wanted torch-launching container by its view with `injected` env."""
     if not injected:
@@ -33,7 +34,9 @@ def inject(
         for ci, c in enumerate(containers):
             if c.torchrun is None or c.torchrun.launcher == "env" or not wanted(group, c):
                 continue
-            spec = parse_container(c.command, c.args, c.env, injected=injected, container_index=ci)
+            spec = parse_container(
+                c.command, c.args, c.env, injected=injected, container_index=ci, budget=budget
+            )
             containers[ci] = replace(c, torchrun=spec)
             changed = True
         if changed:

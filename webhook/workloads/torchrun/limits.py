@@ -27,9 +27,14 @@ MAX_DEPTH = 8
 # Nested shells and evals followed in one launch line, however deep (each copies its variables).
 MAX_NESTED = 32
 # Units of work (characters read or written, words visited) for one container. The caps above keep
-# a well-formed input far below it; it stops what they cannot see, such as `$X $X $X …` expanding
-# one long variable many times.
-MAX_WORK = 4 * 1024 * 1024
+# a well-formed input below it (a 64 KiB script of short commands takes about 250,000); it stops
+# what they cannot see, such as `$X $X $X …` expanding one long variable many times.
+MAX_WORK = 256 * 1024
+# Units of work for all the containers of one workload together: the caps above bound one
+# container, this bounds a Pod (or job) that repeats a long launch line in many containers.
+# One of the longest scripts: about 0.2 s of CPU at the slowest rate measured on a busy machine;
+# a typical workload spends a few thousand.
+MAX_WORKLOAD_WORK = 256 * 1024
 
 
 class OverLimit(Exception):
@@ -47,11 +52,12 @@ class Meter:
     work: int = 0
     nested: int = 0
     budget: int = MAX_WORK
+    reason: str = f"reading it takes more than {MAX_WORK:,} steps (expansions too long)"
 
     def charge(self, units: int) -> None:
         self.work += units
         if self.work > self.budget:
-            raise OverLimit(f"reading it takes more than {self.budget:,} steps (expansions too long)")
+            raise OverLimit(self.reason)
 
     def nest(self) -> None:
         self.nested += 1
@@ -62,3 +68,20 @@ class Meter:
 def over(what: str, size: int, cap: int, unit: str) -> str:
     """The warning text for a cap: what was too large, how large, and the cap."""
     return f"{what} has {size:,} {unit}, over the cap of {cap:,}"
+
+
+@dataclass(slots=True)
+class WorkloadBudget:
+    """The work left for the launch lines of one workload (limits.MAX_WORKLOAD_WORK)."""
+
+    remaining: int = MAX_WORKLOAD_WORK
+
+    def meter(self) -> Meter:
+        """A meter for the next container: its own cap, or what the workload has left if less."""
+        if self.remaining >= MAX_WORK:
+            return Meter()
+        reason = f"the workload's launch lines together take more than {MAX_WORKLOAD_WORK:,} steps"
+        return Meter(budget=max(0, self.remaining), reason=reason)
+
+    def spent(self, meter: Meter) -> None:
+        self.remaining -= meter.work

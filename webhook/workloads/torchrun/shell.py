@@ -32,6 +32,7 @@ _KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while"
 _SEPARATORS = frozenset({";", "&&", "||", "&", "|", "|&", ";;", "(", ")", "\n"})
 _IFS = re.compile(r"[ \t\n]+")
 _LITERAL_RUN = re.compile(r"[^ \t\r\n\\'\"`$<>;&|()]+")
+_WORD_END = frozenset(" \t\r\n;&|()")  # what ends a plain word (not `<>`: `2>` is an io number)
 _HEX = re.compile(r"[0-9A-Fa-f]{1,2}")
 _BRACE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!-])(?:(:?[-=+?])(.*))?", re.S)
 _SHELL_META = re.compile(r"[$`\\'\"]")
@@ -54,16 +55,22 @@ class Unfollowable(Exception):
         self.launcher = launcher
 
 
-# A launcher's name as a word of its own, however deeply it is quoted.
-_MENTION = re.compile(r"(?:^|[\s;&|(/'\"\\])(torchrun|torch\.distributed\.(?:run|launch))(?=$|[\s;&|)'\"\\])")
+_MENTION_BEFORE = frozenset(" \t\r\n;&|(/'\"\\")  # what may precede a launcher's name
+_MENTION_AFTER = frozenset(" \t\r\n;&|)'\"\\")  # and follow it: a word of its own, however quoted
+_MENTIONED = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 
 def mentions_launcher(text: str) -> str | None:
-    """The launcher a text names as a command word, if any (one regex pass)."""
-    if "torch" not in text:
-        return None
-    m = _MENTION.search(text)
-    return m.group(1) if m else None
+    """The launcher a text names as a word of its own, if any (str.find jumps: one pass)."""
+    i = text.find("torch")
+    while i >= 0:
+        if i == 0 or text[i - 1] in _MENTION_BEFORE:
+            for name in _MENTIONED:
+                end = i + len(name)
+                if text.startswith(name, i) and (end == len(text) or text[end] in _MENTION_AFTER):
+                    return name
+        i = text.find("torch", i + 5)
+    return None
 
 
 # A word is a list of parts: (kind, payload, quoted)
@@ -204,8 +211,13 @@ class Lexer:
             else:
                 m = _LITERAL_RUN.match(s, self.i)
                 assert m is not None
-                add("lit", m.group(), False)
-                self.i = m.end()
+                end = m.end()
+                if builder is None and (end == len(s) or s[end] in _WORD_END):
+                    # A plain word, the common case: one token, no builder.
+                    self.tokens.append(("word", Word([("lit", m.group(), False)])))
+                else:
+                    add("lit", m.group(), False)
+                self.i = end
         end_word()
         return self.tokens
 
@@ -442,6 +454,8 @@ def _expand_var(payload: object, state: ShellState) -> str | None:
 def expand_word(word: Word, state: ShellState, meter: Meter, split: bool = True) -> list[str]:
     """Fields of a word after parameter expansion and field splitting (no globbing)."""
     meter.charge(len(word.parts))
+    if len(word.parts) == 1 and word.parts[0][0] == "lit":
+        return [str(word.parts[0][1])]  # literal text is one field, quoted or not
     if ("at", "@", True) in word.parts:
         others = [p for p in word.parts if p != ("at", "@", True)]
         if all(p[0] == "lit" and p[1] == "" for p in others):
