@@ -7,11 +7,9 @@ never class C.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from webhook.workloads._kubeflow import read_replica_specs, read_run_policy
 from webhook.workloads.common import Draft
-from webhook.workloads.torchrun.mpi import mpirun_np
+from webhook.workloads.torchrun.mpi import set_mpirun_np
 
 
 def adapt(d: Draft) -> None:
@@ -23,9 +21,4 @@ def adapt(d: Draft) -> None:
 
 def _launcher_process_counts(d: Draft) -> None:
     """`mpirun -np N` of the Launcher's containers, for the launch-consistency policy."""
-    for gi, group in enumerate(d.groups):
-        if group.name.lower() == "launcher":
-            containers = tuple(
-                replace(c, mpirun_np=mpirun_np(c.command, c.args, c.env)) for c in group.containers
-            )
-            d.groups[gi] = replace(group, containers=containers)
+    set_mpirun_np(d.groups, lambda group, container: group.name.lower() == "launcher")

@@ -29,6 +29,7 @@ from webhook.workloads.common import (
 from webhook.workloads.model import ElasticRange, Restarts
 from webhook.workloads.podtemplate import read_template
 from webhook.workloads.torchrun.injection import Injected, inject
+from webhook.workloads.torchrun.mpi import set_mpirun_np
 
 ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
 TRAINER_NODE = "node"  # the trainer replicatedJob and container name in Trainer v2 runtimes
@@ -67,6 +68,7 @@ def adapt(d: Draft) -> None:
         lambda g, c: c.pointer == "/spec/trainer",
         d.launch_budget,
     )
+    set_mpirun_np(d.groups, lambda g, c: c.pointer == "/spec/trainer")  # an MPI runtime's launcher
 
     pgp = mapping(rspec.get("podGroupPolicy"), f"{source}:spec.podGroupPolicy")
     if pgp:

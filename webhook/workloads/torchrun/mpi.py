@@ -5,8 +5,10 @@ and caps as a torch launch. None when there is no such launch or N is not a numb
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 
+from webhook.workloads.model import Container, PodGroup
 from webhook.workloads.torchrun import kubelet
 from webhook.workloads.torchrun.environ import Environ
 from webhook.workloads.torchrun.launcher import SHELLS, Found, base, unwrap
@@ -59,3 +61,14 @@ def _np(argv: Sequence[str]) -> int | None:
         if a in _NP and k + 1 < len(argv):
             return int(argv[k + 1]) if argv[k + 1].isdigit() else None
     return None
+
+
+def set_mpirun_np(groups: list[PodGroup], wanted: Callable[[PodGroup, Container], bool]) -> None:
+    """Fill Container.mpirun_np, in `groups`, for each wanted container (the MPI launchers)."""
+    for gi, group in enumerate(groups):
+        if any(wanted(group, c) for c in group.containers):
+            containers = tuple(
+                replace(c, mpirun_np=mpirun_np(c.command, c.args, c.env)) if wanted(group, c) else c
+                for c in group.containers
+            )
+            groups[gi] = replace(group, containers=containers)
