@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,33 @@ def test_mode_and_failure_policy_shape_the_decision(
         assert (len(findings) == 1) == (name == where), name
     if where and "nothere" in expression:
         assert "could not be evaluated" in buckets[where][0].message
+
+
+@pytest.mark.parametrize(
+    ("failure", "allowed", "where"),
+    [
+        pytest.param("Fail", False, "violations", id="fail-denies-naming-the-budget"),
+        pytest.param("Ignore", True, "warnings", id="ignore-allows-with-a-warning"),
+    ],
+)
+def test_a_deadline_already_past_gives_each_policy_its_failure_policy_outcome(
+    tmp_path: Path, failure: str, allowed: bool, where: str
+) -> None:
+    engine = Engine(
+        load_policy_set([_policy_dir(tmp_path, failure=failure, expression="true")]), load_config()
+    )
+    decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() - 1))
+    assert decision.allowed is allowed
+    findings = decision.violations if where == "violations" else decision.warnings
+    assert [f.policy for f in findings] == ["rule"]
+    assert "time budget exceeded" in findings[0].message
+    assert [r.outcome for r in decision.results] == ["error"]
+
+
+def test_a_deadline_in_the_future_changes_nothing(tmp_path: Path) -> None:
+    engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="false")]), load_config())
+    decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() + 60))
+    assert [f.message for f in decision.violations] == ["rule says no"]
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any, Protocol
 
 from webhook.config import PlatformConfig
@@ -37,6 +37,12 @@ class AdmissionInput:
     dry_run: bool = False
     # TrainingRuntimes, PriorityClasses … seen beside the object (CLI) or in the cluster (webhook)
     runtimes: Mapping[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    # A time.monotonic() instant. Policies not yet evaluated when it passes take their
+    # failurePolicy outcome, so a slow policy cannot hold the API server past its webhook timeout.
+    deadline: float | None = None
+
+
+BUDGET_EXCEEDED = "time budget exceeded"
 
 
 class Engine:
@@ -112,7 +118,7 @@ class Engine:
                 self.policies.backend, {**base, "object": obj, "workload": workload.view()}
             )
             for cp in self._mutating:
-                result = run(cp, workload, inp.operation, namespace, now, bindings, patcher)
+                result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
                 evaluated.append((cp.policy, result))
             if patcher.ops and validate:
                 # Validation sees the mutated object. Without validation (the /mutate endpoint)
@@ -125,7 +131,7 @@ class Engine:
                 self.policies.backend, {**base, "object": patcher.doc, "workload": workload.view()}
             )
             for cp in self._validating:
-                result = run(cp, workload, inp.operation, namespace, now, bindings, None)
+                result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
                 evaluated.append((cp.policy, result))
 
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
@@ -152,10 +158,14 @@ class Engine:
         now: datetime,
         bindings: evaluate.Bindings,
         patcher: Patcher | None,
+        deadline: float | None = None,
     ) -> PolicyResult:
         reason = match.skip_reason(cp.policy.match, workload, operation, namespace)
         if reason is not None:
             return PolicyResult(cp.name, "skip", (reason,))
+        if deadline is not None and monotonic() >= deadline:
+            # Not evaluated: decide.py maps the error through failurePolicy (Fail denies, Ignore warns).
+            return PolicyResult(cp.name, "error", (BUDGET_EXCEEDED,))
         if patcher is not None and workload.kueue_managed:
             # Kueue's pod webhook rejects label changes on the pods it manages.
             return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
