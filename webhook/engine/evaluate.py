@@ -199,6 +199,7 @@ def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
             field_programs = [v.field_program for v in cp.validations]
         messages: list[str] = []
         fields: list[str] = []
+        reasons: list[str] = []
         for i, v in enumerate(cp.validations):
             ok = (
                 checks[i]
@@ -222,9 +223,10 @@ def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
                 field = value if isinstance(value, str) and value else field
             messages.append(message)
             fields.append(field or "")
+            reasons.append(v.reason)
         if not messages:
             return PolicyResult(cp.name, "pass")
-        return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields))
+        return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields), reasons=tuple(reasons))
     except _Failed as exc:
         return PolicyResult(cp.name, "error", (f"{exc.where}: {exc.error}",))
 

@@ -89,6 +89,7 @@ class PolicyResult:
     fields: tuple[str, ...] = ()  # dotted paths of the fields the messages point at
     patch: tuple[dict[str, Any], ...] = ()  # ops this mutation produced
     exemption: str | None = None  # justification of the exception that exempted it
+    reasons: tuple[str, ...] = ()  # each failed validation's `reason` (Forbidden when absent)
 
 
 @dataclass(frozen=True, slots=True)
