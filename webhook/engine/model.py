@@ -7,7 +7,10 @@ pipeline returns a Decision. Nothing here evaluates anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from webhook.workloads.model import Workload
 
 Mode = Literal["Enforce", "Warn", "Audit"]
 FailurePolicy = Literal["Fail", "Ignore"]
@@ -110,6 +113,6 @@ class Decision:
     audits: list[Finding] = field(default_factory=list)  # Audit failures
     patch: list[dict[str, Any]] = field(default_factory=list)  # RFC 6902 ops, in order
     results: list[PolicyResult] = field(default_factory=list)
-    workload: Any = None  # the Workload after mutation, None for objects we do not decide
-    mutated: Any = None  # the object after the patch (the original when the patch is empty)
+    workload: Workload | None = None  # the Workload after mutation, None for objects we do not decide
+    mutated: dict[str, Any] | None = None  # the object after the patch (the original when it is empty)
     skipped_reason: str | None = None  # why nothing was decided (excluded namespace, not a workload)

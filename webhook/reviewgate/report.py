@@ -146,7 +146,8 @@ def review_document(
     namespace: str,
     now: datetime,
 ) -> WorkloadReview:
-    workload: Workload = decision.workload
+    workload = decision.workload
+    assert workload is not None and decision.mutated is not None, "review_document takes decided workloads"
     mutating = {p.name for p in engine.policies.mutating}
     facts = Facts(
         workload=workload,
