@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,23 @@ def test_a_deadline_in_the_future_changes_nothing(tmp_path: Path) -> None:
     engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="false")]), load_config())
     decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() + 60))
     assert [f.message for f in decision.violations] == ["rule says no"]
+
+
+def test_a_remembered_object_is_adapted_once_across_calls(tmp_path: Path) -> None:
+    engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config(), remember=8)
+    mutating = engine.review(AdmissionInput(object=NO_GANG_JOB), validate=False)
+    validating = engine.review(AdmissionInput(object=copy.deepcopy(NO_GANG_JOB)), mutate=False)
+    assert mutating.workload is not None and validating.workload is mutating.workload
+    renamed = copy.deepcopy(NO_GANG_JOB)
+    renamed["metadata"]["name"] = "k"
+    other = engine.review(AdmissionInput(object=renamed), mutate=False)
+    assert other.workload is not None and other.workload.name == "k"
+
+
+def test_without_remember_each_call_adapts_afresh(tmp_path: Path) -> None:
+    engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config())
+    first = engine.review(AdmissionInput(object=NO_GANG_JOB))
+    assert engine.review(AdmissionInput(object=NO_GANG_JOB)).workload is not first.workload
 
 
 @pytest.mark.parametrize(
