@@ -18,6 +18,9 @@ MemberPods = Literal["Exclude", "Include", "Only"]
 Outcome = Literal["pass", "fail", "warn", "audit", "skip", "error", "exempt"]
 
 MODES: tuple[Mode, ...] = ("Enforce", "Warn", "Audit")
+# The platform review question a policy answers (`trainguard review` reads its verdicts from them).
+REVIEW_QUESTION_ANNOTATION = "trainguard.dev/review-question"
+REVIEW_QUESTIONS = ("gang", "topology", "preemption", "recovery", "pool")
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = ("Fail", "Ignore")
 
 
@@ -76,6 +79,7 @@ class Policy:
     variables: tuple[NamedExpression, ...] = ()
     validations: tuple[Validation, ...] = ()
     mutations: tuple[Mutation, ...] = ()
+    review_question: str | None = None  # one of REVIEW_QUESTIONS
 
     @property
     def mutating(self) -> bool:

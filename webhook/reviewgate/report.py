@@ -157,6 +157,11 @@ def review_document(
         results={r.policy: r for r in decision.results},
         config=engine.config,
         priority_values=engine.priority_values,
+        questions={
+            cp.name: cp.policy.review_question
+            for cp in engine.policies.validating
+            if cp.policy.review_question is not None
+        },
     )
     locate = _Locator(doc, docs)
     findings: list[FindingRecord] = []
