@@ -176,9 +176,11 @@ class Engine:
         return self._view(workload, "workload", self._view_keys)
 
     def _view(self, workload: Workload | None, variable: str, keys: frozenset[str] | None) -> Any:
+        # The view is built with the top-level keys read; below them it is small enough that
+        # trimming would cost more than the conversion it saves.
         if workload is None or variable not in self._reads:
             return None
-        return reads.trim(workload.view(keys), self._reads[variable])
+        return workload.view(keys)
 
     def _timed(self, timings: dict[str, float]) -> Callable[..., PolicyResult]:
         """`_run`, recording each policy's perf_counter seconds (the webhook samples 1 in N requests)."""

@@ -80,4 +80,4 @@ def trim(value: Any, tree: Tree) -> Any:
     """`value` with only the paths in `tree` (a new map where anything is left out)."""
     if not tree or not isinstance(value, Mapping):
         return value
-    return {k: trim(value[k], sub) for k, sub in tree.items() if k in value}
+    return {k: trim(value[k], sub) if sub else value[k] for k, sub in tree.items() if k in value}

@@ -187,9 +187,11 @@ class Workload:
         torchrun entry's container field path.
         """
         names = _view_fields(type(self)) or ()
-        out: dict[str, Any] = {
-            key: _to_view(getattr(self, name)) for name, key in names if keys is None or key in keys
-        }
+        out: dict[str, Any] = {}
+        for name, key in names:
+            if keys is None or key in keys:
+                v = getattr(self, name)
+                out[key] = v if type(v) in _SCALARS else _to_view(v)
         if "groups" in out:
             for group, gv in zip(self.groups, out["groups"], strict=True):
                 gv["fieldPrefix"] = (
