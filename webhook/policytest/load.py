@@ -1,154 +1,37 @@
-"""Declarative policy tests: `PolicyTest` files, run on the webhook's engine (Kyverno-test style).
-
-    apiVersion: trainguard.dev/v1alpha1
-    kind: PolicyTest
-    metadata: {name: gang-required}
-    policies: [../../policies/gang-required.yaml]   # relative to this file; omitted: the shipped set
-    config: platform.yaml                            # or an inline PlatformConfig mapping; optional
-    request: {operation: CREATE, namespace: team-a}   # defaults: CREATE, default
-    exceptions: [exceptions.yaml]                    # files and/or inline PolicyExceptions; optional
-    now: "2026-06-01T00:00:00Z"                       # the clock exceptions expire by; optional
-    resources: [resources/job.yaml, {apiVersion: v1, kind: Pod, ...}]
-    oldResources: [...]                              # UPDATE: matched by apiVersion/kind/namespace/name
-    cases:
-      - name: multi-node-without-gang-is-denied
-        resource: no-gang             # name, Kind/name, namespace/name or Kind/namespace/name
-        policy: gang-required
-        result: fail                  # pass | fail | warn | audit | skip | error | exempt
-        message: "no gang mechanism"  # optional regex, searched in the joined messages
-        patchedResource: {...}        # optional: the whole object after the whole set's patch
-        skip: "reason"                # optional: report the case as skipped
-
-`result` is the policy's PolicyResult outcome as the engine reports it: a mutation policy that
-matched is `pass` whether or not it changed anything (idempotent mutations change nothing the
-second time), so what a mutation did is asserted with `patchedResource`. A case whose object the
-engine does not decide at all (not a workload, excluded namespace) is `skip`. A malformed file
-raises InputError naming file and field (the CLI exits 2).
-"""
+"""Finding PolicyTest files and reading them strictly: errors name file, document and field."""
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from datetime import date, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from webhook.config import PlatformConfig, config_from_mapping, load_config
-from webhook.context import context_objects
 from webhook.documents import load_yaml_documents, read_manifests
 from webhook.engine import (
-    AdmissionInput,
-    Engine,
-    Outcome,
     PolicyException,
-    PolicySet,
     default_policies_dir,
     load_exceptions,
-    load_policy_set,
     parse_exception,
 )
 from webhook.errors import ConfigError, InputError, PolicyError
 from webhook.fieldreader import FieldReader
-
-API_VERSION = "trainguard.dev/v1alpha1"
-KIND = "PolicyTest"
-SUFFIXES = (".yaml", ".yml")
-OUTCOMES: tuple[Outcome, ...] = ("pass", "fail", "warn", "audit", "skip", "error", "exempt")
-OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
-
-
-_TOP_FIELDS = {
-    "apiVersion", "kind", "metadata", "policies", "config", "request", "exceptions", "now",
-    "resources", "oldResources", "cases",
-}  # fmt: skip
-_CASE_FIELDS = {"name", "resource", "policy", "result", "message", "patchedResource", "skip"}
-_REQUEST_FIELDS = {"operation", "namespace", "userInfo"}
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})$")
-
-Status = Literal["passed", "failed", "skipped"]
-
-
-@dataclass(frozen=True, slots=True)
-class Resource:
-    obj: dict[str, Any]
-    origin: str  # "resources/job.yaml#1" or "resources[2]"
-    namespace: str  # metadata.namespace, else the request's namespace
-
-    @property
-    def kind(self) -> str:
-        return str(self.obj.get("kind"))
-
-    @property
-    def name(self) -> str:
-        meta = self.obj.get("metadata")
-        return str((meta.get("name") or meta.get("generateName") or "") if isinstance(meta, dict) else "")
-
-    @property
-    def ident(self) -> str:
-        return f"{self.kind}/{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyTestCase:
-    name: str
-    resource: Resource
-    old: Resource | None
-    policy: str
-    result: Outcome
-    message: re.Pattern[str] | None = None
-    patched_resource: dict[str, Any] | None = None
-    skip: str | None = None
-    index: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class PolicyTestFile:
-    path: Path
-    name: str
-    policies: tuple[Path, ...]  # files or directories; the shipped directory when the file names none
-    config: PlatformConfig
-    operation: str
-    namespace: str
-    user_info: dict[str, Any]
-    exceptions: tuple[PolicyException, ...]
-    resources: tuple[Resource, ...]
-    old_resources: tuple[Resource, ...]
-    cases: tuple[PolicyTestCase, ...]
-    now: datetime | None = None
-
-    @property
-    def display(self) -> str:
-        return display_path(self.path)
-
-    def case_id(self, case: PolicyTestCase) -> str:
-        return f"{self.display}::{case.name}"
-
-
-@dataclass(frozen=True, slots=True)
-class CaseResult:
-    test: PolicyTestFile
-    case: PolicyTestCase
-    status: Status
-    reason: str | None = None
-    outcome: str | None = None  # what the engine concluded
-
-    @property
-    def id(self) -> str:
-        return self.test.case_id(self.case)
-
-
-def display_path(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return path.as_posix()
-
-
-# --------------------------------------------------------------------------------------------
-# Discovery and loading
+from webhook.policytest.model import (
+    _CASE_FIELDS,
+    _REQUEST_FIELDS,
+    _RFC3339,
+    _TOP_FIELDS,
+    API_VERSION,
+    KIND,
+    OPERATIONS,
+    OUTCOMES,
+    SUFFIXES,
+    PolicyTestCase,
+    PolicyTestFile,
+    Resource,
+)
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:
@@ -391,139 +274,3 @@ def _now(r: _Reader, value: Any) -> datetime | None:
     raise r.fail(
         f'must be an RFC 3339 timestamp with a time zone, e.g. "2026-01-01T00:00:00Z", got {shown}', "now"
     )
-
-
-# --------------------------------------------------------------------------------------------
-# Running
-
-
-@dataclass
-class Runner:
-    """Runs cases, compiling each policy set once per backend and building each file's engine once."""
-
-    backend: str | None = None
-    _sets: dict[tuple[str, ...], PolicySet] = field(default_factory=dict)
-    _engines: dict[Path, Engine] = field(default_factory=dict)
-
-    def policy_set(self, test: PolicyTestFile) -> PolicySet:
-        key = tuple(str(p) for p in test.policies)
-        if key not in self._sets:
-            self._sets[key] = load_policy_set(list(test.policies), self.backend)
-        return self._sets[key]
-
-    def engine(self, test: PolicyTestFile) -> Engine:
-        if test.path not in self._engines:
-            policies = self.policy_set(test)
-            check_policy_names(test, policies)
-            runtimes, priority_classes = context_objects(r.obj for r in test.resources)
-            self._engines[test.path] = Engine(
-                policies,
-                test.config,
-                runtimes=runtimes,
-                priority_classes=priority_classes,
-                exceptions=test.exceptions,
-            )
-        return self._engines[test.path]
-
-    def run(self, test: PolicyTestFile, case: PolicyTestCase) -> CaseResult:
-        if case.skip is not None:
-            return CaseResult(test, case, "skipped", case.skip)
-        engine = self.engine(test)
-        decision = engine.review(
-            AdmissionInput(
-                object=copy.deepcopy(case.resource.obj),
-                operation=test.operation,
-                old_object=copy.deepcopy(case.old.obj) if case.old else None,
-                namespace=test.namespace,
-                user_info=test.user_info,
-            ),
-            now=test.now,
-        )
-        result = next((x for x in decision.results if x.policy == case.policy), None)
-        messages: tuple[str, ...]
-        if result is None:
-            outcome, messages = "skip", (decision.skipped_reason or "policy not evaluated",)
-        else:
-            outcome, messages = result.outcome, result.messages
-        joined = "\n".join(messages)
-        if outcome != case.result:
-            detail = f": {'; '.join(messages)}" if messages else ""
-            return CaseResult(test, case, "failed", f"expected {case.result}, got {outcome}{detail}", outcome)
-        if case.message is not None and not case.message.search(joined):
-            return CaseResult(
-                test, case, "failed", f"message /{case.message.pattern}/ not found in {joined!r}", outcome
-            )
-        if case.patched_resource is not None:
-            diffs = differences(case.patched_resource, decision.mutated)
-            if diffs:
-                return CaseResult(
-                    test, case, "failed", f"patchedResource differs: {'; '.join(diffs)}", outcome
-                )
-        return CaseResult(test, case, "passed", None, outcome)
-
-
-def run_case(
-    test: PolicyTestFile, case: PolicyTestCase, *, backend: str | None = None, runner: Runner | None = None
-) -> CaseResult:
-    """Run one case (for pytest parametrization); pass a shared Runner to compile policies once."""
-    return (runner or Runner(backend)).run(test, case)
-
-
-def run_file(test: PolicyTestFile, runner: Runner) -> Iterator[CaseResult]:
-    for case in test.cases:
-        yield runner.run(test, case)
-
-
-def check_policy_names(test: PolicyTestFile, policies: PolicySet) -> None:
-    names = set(policies.names())
-    for case in test.cases:
-        if case.policy not in names:
-            raise InputError(
-                f"policy {case.policy!r} is not in the tested policy set ({', '.join(sorted(names))})",
-                source=str(test.path),
-                field=f"cases[{case.index}].policy",
-            )
-
-
-def untested_policies(tests: Iterable[PolicyTestFile], runner: Runner) -> list[tuple[str, str]]:
-    """(policy, file) for every policy of the tested sets that no case names."""
-    named: set[str] = set()
-    available: dict[str, str] = {}
-    for test in tests:
-        named.update(c.policy for c in test.cases)
-        for cp in runner.policy_set(test).policies:
-            available.setdefault(cp.name, display_path(Path(cp.policy.path)))
-    return sorted((name, path) for name, path in available.items() if name not in named)
-
-
-def differences(expected: Any, actual: Any, pointer: str = "", limit: int = 5) -> list[str]:
-    """Where two JSON-like values differ, as 'at /path: expected X, got Y' (at most `limit`)."""
-    out: list[str] = []
-    _diff(expected, actual, pointer, out, limit)
-    return out
-
-
-_ABSENT = object()
-
-
-def _diff(expected: Any, actual: Any, pointer: str, out: list[str], limit: int) -> None:
-    if len(out) >= limit:
-        return
-    if isinstance(expected, dict) and isinstance(actual, dict):
-        for key in list(dict.fromkeys([*expected, *actual])):
-            child = f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
-            _diff(expected.get(key, _ABSENT), actual.get(key, _ABSENT), child, out, limit)
-        return
-    if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):
-        for i, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            _diff(e, a, f"{pointer}/{i}", out, limit)
-        return
-    if expected != actual or type(expected) is not type(actual):
-        out.append(f"at {pointer or '/'}: expected {_show(expected)}, got {_show(actual)}")
-
-
-def _show(value: Any) -> str:
-    if value is _ABSENT:
-        return "nothing"
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
