@@ -190,6 +190,7 @@ def test_corpus_manifest_is_decided_and_mutations_are_idempotent(
     for doc in docs:
         decision = engine.review(AdmissionInput(object=doc.data, namespace="default"))
         assert not [r for r in decision.results if r.outcome == "error"], doc.source
+        assert decision.mutated is not None
         assert jsonpatch.apply_patch(doc.data, decision.patch) == decision.mutated
         again = engine.review(AdmissionInput(object=decision.mutated, namespace="default"))
         assert again.patch == [], f"{doc.source}: second pass patched {again.patch}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +60,9 @@ def apply_event(
     return False  # BOOKMARK and anything new carry no object change
 
 
-def replace_all(store: dict[Key, Any], items: list[Mapping[str, Any]], key: KeyFn, value: ValueFn) -> bool:
+def replace_all(
+    store: dict[Key, Any], items: Sequence[Mapping[str, Any]], key: KeyFn, value: ValueFn
+) -> bool:
     """Replace `store` with a full list's contents (after a re-list); True when its contents changed."""
     fresh: dict[Key, Any] = {}
     for obj in items:

@@ -6,6 +6,7 @@ the expression's position, and the caller keeps serving its last good set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,7 +168,7 @@ def compile_policies(
     return PolicySet(tuple(compile_policy(backend, p) for p in policies), digest, backend, sources)
 
 
-def load_policy_set(paths: list[str | Path], backend: Backend | str | None = None) -> PolicySet:
+def load_policy_set(paths: Sequence[str | Path], backend: Backend | str | None = None) -> PolicySet:
     """Load and compile every policy under `paths`; raises PolicyError on the first problem."""
     be = backend if backend is not None and not isinstance(backend, str) else make_backend(backend)
     policies, digest = load_policies(paths)
