@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import shared_dir
 from webhook.workloads.model import TorchrunSpec
 from webhook.workloads.torchrun import ARGV, INVALID, parse_container, parse_launch
 
@@ -724,7 +725,7 @@ def test_launch_argv_is_what_torch_receives() -> None:
 
 # --- corpus sweep ------------------------------------------------------------------------------
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
+CORPUS = (shared_dir() or Path("/nonexistent")) / "corpus"
 
 
 def _containers(node: Any) -> list[dict[str, Any]]:

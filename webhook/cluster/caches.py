@@ -22,6 +22,7 @@ from webhook.cluster.watch import (
     object_value,
     priority_value,
 )
+from webhook.context import Runtimes
 from webhook.engine import PolicyException, parse_exception
 from webhook.errors import PolicyError
 
@@ -58,9 +59,7 @@ class ClusterCaches:
     def __init__(
         self,
         api: client.ApiClient,
-        on_change: Callable[
-            [Mapping[str, int], Mapping[tuple[str | None, str], dict[str, Any]], list[PolicyException]], None
-        ],
+        on_change: Callable[[Mapping[str, int], Runtimes, list[PolicyException]], None],
     ) -> None:
         self._stop = threading.Event()
         self._on_change = on_change

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 import orjson
 
 from webhook.config import PlatformConfig
+from webhook.context import Runtimes
 from webhook.engine import decide, evaluate, match, reads
 from webhook.engine.compile import PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
@@ -40,7 +41,7 @@ class AdmissionInput:
     user_info: Mapping[str, Any] = field(default_factory=dict)
     dry_run: bool = False
     # TrainingRuntimes, PriorityClasses … seen beside the object (CLI) or in the cluster (webhook)
-    runtimes: Mapping[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    runtimes: Runtimes = field(default_factory=dict)
     # A time.monotonic() instant. Policies not yet evaluated when it passes take their
     # failurePolicy outcome, so a slow policy cannot hold the API server past its webhook timeout.
     deadline: float | None = None
@@ -56,7 +57,7 @@ class Engine:
         config: PlatformConfig,
         *,
         priority_classes: Mapping[str, int] | None = None,
-        runtimes: Mapping[tuple[str | None, str], dict[str, Any]] | None = None,
+        runtimes: Runtimes | None = None,
         exceptions: Sequence[Exemption] = (),
         remember: int = 0,
     ) -> None:

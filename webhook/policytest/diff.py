@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.fields import escape
+
 
 def differences(expected: Any, actual: Any, pointer: str = "", limit: int = 5) -> list[str]:
     """Where two JSON-like values differ, as 'at /path: expected X, got Y' (at most `limit`)."""
@@ -20,7 +22,7 @@ def _diff(expected: Any, actual: Any, pointer: str, out: list[str], limit: int) 
         return
     if isinstance(expected, dict) and isinstance(actual, dict):
         for key in list(dict.fromkeys([*expected, *actual])):
-            child = f"{pointer}/{str(key).replace('~', '~0').replace('/', '~1')}"
+            child = f"{pointer}/{escape(str(key))}"
             _diff(expected.get(key, _ABSENT), actual.get(key, _ABSENT), child, out, limit)
         return
     if isinstance(expected, list) and isinstance(actual, list) and len(expected) == len(actual):

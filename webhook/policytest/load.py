@@ -17,11 +17,10 @@ from webhook.engine import (
     parse_exception,
 )
 from webhook.errors import ConfigError, InputError, PolicyError
-from webhook.fieldreader import FieldReader
+from webhook.fieldreader import FieldReader, rfc3339
 from webhook.policytest.model import (
     _CASE_FIELDS,
     _REQUEST_FIELDS,
-    _RFC3339,
     _TOP_FIELDS,
     API_VERSION,
     KIND,
@@ -266,10 +265,9 @@ def _patched(r: _Reader, value: Any, field: str) -> dict[str, Any] | None:
 def _now(r: _Reader, value: Any) -> datetime | None:
     if value is None:
         return None
-    if isinstance(value, datetime) and value.tzinfo is not None:
-        return value
-    if isinstance(value, str) and _RFC3339.match(value):
-        return datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
+    parsed = rfc3339(value)
+    if parsed is not None:
+        return parsed
     shown = value.isoformat() if isinstance(value, date) else repr(value)
     raise r.fail(
         f'must be an RFC 3339 timestamp with a time zone, e.g. "2026-01-01T00:00:00Z", got {shown}', "now"

@@ -27,7 +27,6 @@ _TOP_FIELDS = {
 }  # fmt: skip
 _CASE_FIELDS = {"name", "resource", "policy", "result", "message", "patchedResource", "skip"}
 _REQUEST_FIELDS = {"operation", "namespace", "userInfo"}
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})$")
 
 Status = Literal["passed", "failed", "skipped"]
 
