@@ -25,7 +25,9 @@ def _pod(**spec: Any) -> dict[str, Any]:
     }
 
 
-def _pytorchjob(workers: int, elastic: dict[str, int] | None = None, **labels: str) -> dict[str, Any]:
+def _pytorchjob(
+    workers: int, elastic: dict[str, int] | None = None, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
     template = {"spec": {"containers": [{"name": "pytorch", "image": "x"}]}}
     spec: dict[str, Any] = {
         "pytorchReplicaSpecs": {
@@ -38,7 +40,7 @@ def _pytorchjob(workers: int, elastic: dict[str, int] | None = None, **labels: s
     return {
         "apiVersion": "kubeflow.org/v1",
         "kind": "PyTorchJob",
-        "metadata": {"name": "t", "namespace": "ml", "labels": labels},
+        "metadata": {"name": "t", "namespace": "ml", "labels": labels or {}},
         "spec": spec,
     }
 
@@ -75,14 +77,14 @@ def test_class_of(pods: int, elastic: ElasticRange | None, forced: bool, klass: 
             id="elastic-job",
         ),
         pytest.param(
-            _pytorchjob(3, **{"trainguard.dev/tier": "preemptible"}),
+            _pytorchjob(3, labels={"trainguard.dev/tier": "preemptible"}),
             "B",
             "preemptible",
             "label",
             id="tier-label",
         ),
         pytest.param(
-            _pytorchjob(3, **{"trainguard.dev/tier": "gold"}),
+            _pytorchjob(3, labels={"trainguard.dev/tier": "gold"}),
             "B",
             "guaranteed",
             "label-invalid",
