@@ -18,7 +18,6 @@ import os
 import statistics
 import subprocess
 import sys
-from pathlib import Path
 
 import common
 
