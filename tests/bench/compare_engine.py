@@ -94,11 +94,11 @@ def main() -> int:
             common.log(f"compare: round {i + 1} {name} done")
     load_after = os.getloadavg()
     keys = list(runs["after"][0])
-    rows = []
+    rows: list[tuple[str, float, float, float]] = []
     for key in keys:
         b = statistics.median(r[key] for r in runs["before"])
         a = statistics.median(r[key] for r in runs["after"])
-        rows.append([key, b, a, a / b])
+        rows.append((key, b, a, a / b))
     print(
         common.table(
             f"Engine CPU ms per admission, cel-expr-python, medians of {len(runs['after'])} alternating rounds",
