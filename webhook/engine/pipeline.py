@@ -18,7 +18,7 @@ import orjson
 from webhook.config import PlatformConfig
 from webhook.context import Runtimes
 from webhook.engine import decide, evaluate, match, reads
-from webhook.engine.compile import PolicySet
+from webhook.engine.compile import CompiledPolicy, PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
 from webhook.workloads import AdaptContext, build_workload
@@ -183,13 +183,22 @@ class Engine:
             return None
         return workload.view(keys)
 
-    def _timed(self, timings: dict[str, float]) -> Callable[..., PolicyResult]:
+    def _timed(self, timings: dict[str, float]) -> _Run:
         """`_run`, recording each policy's perf_counter seconds (the webhook samples 1 in N requests)."""
 
-        def run(cp: Any, *args: Any) -> PolicyResult:
+        def run(
+            cp: CompiledPolicy,
+            workload: Workload,
+            operation: str,
+            namespace: str | None,
+            now: datetime,
+            bindings: evaluate.Bindings,
+            patcher: Patcher | None,
+            deadline: float | None = None,
+        ) -> PolicyResult:
             start = perf_counter()
             try:
-                return self._run(cp, *args)
+                return self._run(cp, workload, operation, namespace, now, bindings, patcher, deadline)
             finally:
                 timings[cp.name] = perf_counter() - start
 
@@ -197,7 +206,7 @@ class Engine:
 
     def _run(
         self,
-        cp: Any,
+        cp: CompiledPolicy,
         workload: Workload,
         operation: str,
         namespace: str | None,
@@ -228,6 +237,21 @@ class Engine:
             return evaluate.mutate(cp, bindings, patcher)
         return evaluate.validate(cp, bindings)
 
+
+# Engine._run's signature: one policy against one request.
+_Run = Callable[
+    [
+        CompiledPolicy,
+        Workload,
+        str,
+        "str | None",
+        datetime,
+        evaluate.Bindings,
+        "Patcher | None",
+        "float | None",
+    ],
+    PolicyResult,
+]
 
 _READ_VARIABLES = ("object", "oldObject", "workload", "oldWorkload", "params", "cluster")
 
