@@ -98,6 +98,10 @@ def test_broken_policy_file_names_file_policy_and_position(
     assert words in str(info.value)
 
 
+def test_no_paths_means_the_shipped_set() -> None:
+    assert load_policy_set().digest == load_policy_set([default_policies_dir()]).digest
+
+
 def test_every_shipped_policy_names_the_review_question_it_answers() -> None:
     ps = load_policy_set([default_policies_dir()])
     assert {

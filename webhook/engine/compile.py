@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook.engine.cel import Backend, CelCompileError, Program, make_backend
-from webhook.engine.load import load_policies
+from webhook.engine.load import default_policies_dir, load_policies
 from webhook.engine.model import Expression, Policy
 from webhook.errors import PolicyError
 
@@ -168,8 +168,10 @@ def compile_policies(
     return PolicySet(tuple(compile_policy(backend, p) for p in policies), digest, backend, sources)
 
 
-def load_policy_set(paths: Sequence[str | Path], backend: Backend | str | None = None) -> PolicySet:
-    """Load and compile every policy under `paths`; raises PolicyError on the first problem."""
+def load_policy_set(paths: Sequence[str | Path] = (), backend: Backend | str | None = None) -> PolicySet:
+    """Load and compile every policy under `paths`, the shipped set when none are given (the one
+    place that default is written); raises PolicyError on the first problem."""
+    paths = paths or [default_policies_dir()]
     be = backend if backend is not None and not isinstance(backend, str) else make_backend(backend)
     policies, digest = load_policies(paths)
     return compile_policies(policies, digest, be, tuple(str(p) for p in paths))
