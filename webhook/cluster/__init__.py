@@ -3,8 +3,8 @@ nothing here is imported. The only package, with webhook/leader.py, that uses th
 
     watch         a generic watch cache (list, watch from the list's resourceVersion, re-list on
                   410 Gone, bounded jittered backoff), with pure event handling
-    caches        ClusterCaches: PriorityClasses, TrainingRuntimes, ClusterTrainingRuntimes,
-                  Namespaces and PolicyExceptions, each a watch cache
+    caches        ClusterCaches: PriorityClasses, TrainingRuntimes, ClusterTrainingRuntimes and
+                  PolicyExceptions, each a watch cache
     credentials   an ApiClient from a kubeconfig or the service account
     registration  Registrar: server-side apply of the two webhook configurations with the current CA
 """
@@ -22,7 +22,6 @@ from webhook.cluster.watch import (
     WatchCache,
     apply_event,
     cluster_scoped_key,
-    labels_value,
     name_key,
     namespaced_key,
     object_value,
@@ -43,7 +42,6 @@ __all__ = [
     "apply_event",
     "cluster_scoped_key",
     "exception_value",
-    "labels_value",
     "name_key",
     "namespaced_key",
     "object_value",

@@ -1,6 +1,6 @@
 """The caches the engine reads from the cluster: PriorityClasses (name -> value), TrainingRuntimes
-((namespace, name) -> object), ClusterTrainingRuntimes ((None, name) -> object), Namespaces
-(name -> labels) and PolicyExceptions, each a WatchCache."""
+((namespace, name) -> object), ClusterTrainingRuntimes ((None, name) -> object) and
+PolicyExceptions, each a WatchCache."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from webhook.cluster.watch import (
     Resource,
     WatchCache,
     cluster_scoped_key,
-    labels_value,
     metadata_of,
     name_key,
     namespaced_key,
@@ -84,14 +83,9 @@ class ClusterCaches:
             Resource(
                 "clustertrainingruntimes", crd("clustertrainingruntimes"), cluster_scoped_key, object_value
             ),
-            Resource("namespaces", client.CoreV1Api(api).list_namespace, name_key, labels_value),
             Resource("policyexceptions", exceptions_call, namespaced_key, exception_value),
         ]
-        # Namespace labels are kept for policies to come; the engine does not read them yet.
-        self.caches = {
-            r.name: WatchCache(r, self._changed if r.name != "namespaces" else _unused, self._stop)
-            for r in resources
-        }
+        self.caches = {r.name: WatchCache(r, self._changed, self._stop) for r in resources}
 
     def start(self) -> None:
         for cache in self.caches.values():
@@ -112,10 +106,6 @@ class ClusterCaches:
         for name in ("trainingruntimes", "clustertrainingruntimes"):
             out.update(self.caches[name].snapshot())  # type: ignore[arg-type]
         return out
-
-    @property
-    def namespace_labels(self) -> dict[str, dict[str, str]]:
-        return {str(k): v for k, v in self.caches["namespaces"].snapshot().items()}
 
     @property
     def exceptions(self) -> list[PolicyException]:

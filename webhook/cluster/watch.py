@@ -104,11 +104,6 @@ def priority_value(obj: Mapping[str, Any]) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def labels_value(obj: Mapping[str, Any]) -> dict[str, str]:
-    labels = metadata_of(obj).get("labels")
-    return dict(labels) if isinstance(labels, Mapping) else {}
-
-
 def object_value(obj: Mapping[str, Any]) -> dict[str, Any]:
     """The object without managedFields, which only cost memory here."""
     meta = {k: v for k, v in metadata_of(obj).items() if k != "managedFields"}

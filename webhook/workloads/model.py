@@ -75,6 +75,9 @@ class PodGroup:
     # False when the template is not inside this object (a TrainJob's runtime templates):
     # mutations must not write at template_pointer.
     patchable: bool = True
+    # Where such a template is: "ClusterTrainingRuntime/torch:spec.template.spec.replicatedJobs[1]
+    # .template.spec.template", so that messages name a field the user can find. "" otherwise.
+    source_field: str = field(default="", metadata={"view": False})
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,13 +90,23 @@ class Gang:
     min_available: int | None = None  # declared minimum, if any
     min_field: str | None = None  # dotted field path where the minimum is declared
     queue_name: str | None = None  # Kueue LocalQueue, if labelled
+    # A bare pod's group (Kueue pod-group-name, else the coscheduling or Volcano group name): the
+    # identity its pods share. None for job kinds, whose identity is their own name.
+    group_name: str | None = None
+    # Pod templates that escape a gang the others join: [{"group", "field", "problem"}], where
+    # "problem" says, after the field, what takes the template's pods out of the gang.
+    gaps: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ElasticRange:
+    """An elastic range in pods, `fixed` of them outside the elastic replicas (a Master)."""
+
     min: int
     max: int
     field: str  # dotted path of the declaration
+    fixed: int = 0  # pods counted in min and max that the declaration does not count
+    launcher: bool = False  # the range comes from a torchrun launch line, not from the kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,10 +180,24 @@ class Workload:
     priority_class: str | None = None
     owner: Owner | None = None  # set for controller-created pods
     kueue_managed: bool = False  # a Kueue-managed pod: never relabel it
+    # A TrainJob whose (Cluster)TrainingRuntime is not known ("ClusterTrainingRuntime/torch"):
+    # it is decided on what the TrainJob states, and a policy warns about what went unchecked.
+    unknown_runtime: str | None = None
 
     @property
     def member(self) -> bool:
         return self.owner is not None
+
+    @property
+    def group_identity(self) -> str:
+        """What names this workload's pods together (DESIGN, group identity); "" for a lone pod.
+
+        A job's pods share its name. Bare pods share only their pod group: a pod without one is
+        its own group, and an affinity that selects only itself would constrain nothing.
+        """
+        if self.kind == "Pod" and self.owner is None:
+            return self.gang.group_name or ""
+        return self.name
 
     @property
     def torchrun(self) -> tuple[tuple[PodGroup, Container, TorchrunSpec], ...]:
@@ -183,7 +210,8 @@ class Workload:
         Containers carry name, pointer and accelerators, not their raw command line and env
         (those are on `object`; torchrun's parsed facts are in `torchrun`). Besides the fields,
         it carries what policies need to write good messages: each group's
-        `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template." or "" for a Pod) and each
+        `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template.", the runtime's template for a
+        TrainJob, "" for a Pod) and each
         torchrun entry's container field path.
         """
         names = _view_fields(type(self)) or ()
@@ -195,7 +223,11 @@ class Workload:
         if "groups" in out:
             for group, gv in zip(self.groups, out["groups"], strict=True):
                 gv["fieldPrefix"] = (
-                    pointer_to_path(group.template_pointer) + "." if group.template_pointer else ""
+                    pointer_to_path(group.template_pointer) + "."
+                    if group.template_pointer
+                    else group.source_field + "."
+                    if group.source_field
+                    else ""
                 )
         for key, compute in _COMPUTED.items():
             if keys is None or key in keys:
@@ -228,7 +260,7 @@ _COMPUTED: dict[str, Callable[[Workload], Any]] = {
     "torchrun": Workload._torchrun_view,
     "torchrunPods": Workload._torchrun_pods,
     "gpuPods": lambda w: sum(g.replicas for g in w.groups if g.gpus_per_pod > 0),
-    "podLabelValue": lambda w: pod_label_value(w.name),
+    "podLabelValue": lambda w: pod_label_value(w.group_identity),
     "suspendField": lambda w: pointer_to_path(w.suspend_path) if w.suspend_path else None,
 }
 

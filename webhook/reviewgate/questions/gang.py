@@ -53,7 +53,7 @@ def describe(f: Facts) -> Described:
     mechanisms = ", ".join(_mechanism_name(w, m) for m in w.gang.mechanisms)
     if w.role == "inference":
         said = f"gang: {mechanisms}" if mechanisms else "no gang mechanism declared"
-        return Described(f"Inference {shape}; {said}.", evidence)
+        return Described(f"Inference, {pods(w.total_pods)}; {said}.", evidence)
     shape = shape[0].upper() + shape[1:]
     if not w.gang.mechanisms:
         return Described(f"{shape} with no gang mechanism declared.", evidence)

@@ -55,7 +55,7 @@ def tier_source(w: Workload) -> str:
         "priority-class": f"from priority class {w.priority_class}"
         if w.priority_class
         else "from the Kueue priority class",
-        "default": f"default for class {w.klass}",
+        "default": f"default for class {w.klass}" if w.role == "training" else "default for inference",
         "label-invalid": f"invalid label {TIER_LABEL}",
     }.get(w.tier_source, w.tier_source)
 
