@@ -11,7 +11,11 @@ at admission. Outcomes map to policy-report results:
     error                       error    the policy could not be evaluated
     exempt                      skip     with the exception's justification
     skip (does not apply)       -        not listed, as policy engines report only what applies
-    mutation with a patch       warn     "would patch …"; without one: pass
+    mutation with a patch       warn     category "mutation", "would patch …"; without one: not listed
+
+Mutation rows are shown by `trainguard audit` and never count towards a verdict; policy reports
+carry the validation rows only (an object created before trainguard was installed lacks the
+labels trainguard stamps at admission: that is no finding, and it would drown the real ones).
 """
 
 from __future__ import annotations
@@ -188,7 +192,7 @@ class Auditor:
             if result.patch:
                 paths = ", ".join(sorted({str(op.get("path")) for op in result.patch}))
                 return Row(result.policy, "warn", f"would patch {paths}", patch=result.patch, **base)
-            return Row(result.policy, "pass", **base)
+            return None
         if outcome in ("fail", "audit"):
             return Row(result.policy, "fail", message, **base)
         if outcome == "warn":

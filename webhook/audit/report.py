@@ -32,7 +32,6 @@ REPORT_NAME = "trainguard-audit"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "trainguard"}
 # etcd refuses requests above 1.5 MiB; leave room for metadata and managedFields.
 DEFAULT_MAX_BYTES = 1_000_000
-MAX_PATCH_PROPERTY = 1024  # a would-patch list longer than this is cut (the message names the paths)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,17 +95,10 @@ def result_entry(audit: ObjectAudit, row: Row) -> dict[str, Any]:
     if row.message:
         entry["message"] = row.message
     properties = {"mode": row.mode}
-    if ref.resource_version:
-        properties["resourceVersion"] = ref.resource_version
     if row.fields:
         properties["fields"] = ", ".join(f for f in row.fields if f)
     if row.exemption:
         properties["exemption"] = row.exemption
-    if row.patch:
-        patch = orjson.dumps(list(row.patch)).decode()
-        properties["patch"] = (
-            patch if len(patch) <= MAX_PATCH_PROPERTY else patch[: MAX_PATCH_PROPERTY - 1] + "…"
-        )
     entry["properties"] = {k: v for k, v in properties.items() if v}
     return entry
 
@@ -138,7 +130,7 @@ def build_reports(
     current: list[dict[str, Any]] = []
     size = 0
     for audit in ordered:
-        entries = [result_entry(audit, row) for row in audit.rows]
+        entries = [result_entry(audit, row) for row in audit.rows if row.category == "validation"]
         if not entries:
             continue
         cost = sum(len(orjson.dumps(e)) + 1 for e in entries)

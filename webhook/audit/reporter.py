@@ -223,6 +223,8 @@ class Reporter:
         counts: dict[tuple[str, str], int] = {}
         for audit in self._audits.values():
             for row in audit.rows:
+                if row.category != "validation":
+                    continue
                 key = (row.policy, row.result)
                 counts[key] = counts.get(key, 0) + 1
         return counts
