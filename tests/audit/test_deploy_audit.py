@@ -48,7 +48,13 @@ def one(objs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 
 def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
-    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
 
 
 def test_cluster_role_reads_every_kind_trainguard_decides_and_writes_only_reports(rendered) -> None:
@@ -65,10 +71,17 @@ def test_lease_access_is_limited_to_the_audit_lease_in_trainguards_namespace(ren
     assert role["metadata"]["namespace"] == "trainguard-system"
     named = [r for r in role["rules"] if r.get("resourceNames")]
     assert named == [
-        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "resourceNames": [LEASE_NAME], "verbs": ["get", "update"]}
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [LEASE_NAME],
+            "verbs": ["get", "update"],
+        }
     ]
     binding = one(rendered, "RoleBinding", "trainguard-audit-lease")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainguard", "namespace": "trainguard-system"}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "trainguard", "namespace": "trainguard-system"}
+    ]
 
 
 def test_the_deployment_runs_with_audit_on(rendered) -> None:

@@ -187,7 +187,8 @@ def render_markdown(run: AuditRun) -> str:
         for a, r in findings:
             what = "would patch" if r.patch else r.result
             where, policy = markdown.code(a.ref.ident), markdown.code(r.policy)
-            out.append(f"- {where} **{what}** {policy}: {markdown.text(r.message)}")
+            message = r.message.removeprefix("would patch ") if r.patch else r.message
+            out.append(f"- {where} **{what}** {policy}: {markdown.text(message)}")
     if run.missing:
         out += [
             "",
