@@ -93,11 +93,10 @@ class Reporter:
         self._versions: dict[str, str] = {}  # uid -> resourceVersion decided
         self._written: dict[tuple[Format, Key], bytes] = {}  # what this leader wrote: digest per report
         self._stale: set[tuple[Format, Key]] = set()  # reports found at takeover, not yet re-written
-        self._stale_pending = False
+        self._takeover = False
         self._dirty_namespaces: set[str | None] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._lock = threading.Lock()
         self._last_write = 0.0
         self._thread = threading.Thread(target=self._run, name="trainguard-audit", daemon=True)
 
@@ -115,19 +114,15 @@ class Reporter:
         self._wake.set()
 
     def start_leading(self) -> None:
-        with self._lock:
-            self.leading = True
-            self._auditor = None  # a full pass: this replica may have decided nothing yet
-            self._written.clear()
-            self._stale.clear()
-            self._stale_pending = True
+        # The reset itself happens on the reporter's thread, at the start of its next pass.
+        self._takeover = True
+        self.leading = True
         log.info("audit: leading, writing policy reports")
         self._wake.set()
 
     def stop_leading(self) -> None:
-        with self._lock:
-            self.leading = False
-            self.complete.clear()
+        self.leading = False
+        self.complete.clear()
         log.info("audit: no longer leading, not writing")
 
     # -- the loop -------------------------------------------------------------------------------
@@ -135,6 +130,7 @@ class Reporter:
     def _run(self) -> None:
         last = -self.min_interval
         retry_at = 0.0
+        failed = False
         while not self._stop.is_set():
             woke = self._wake.wait(self.poll_seconds)
             if self._stop.is_set():
@@ -144,7 +140,7 @@ class Reporter:
             now = time.monotonic()
             engine = self.engine()
             new_engine = engine is not None and (self._auditor is None or self._auditor.engine is not engine)
-            retry = bool(self._dirty_namespaces) and now >= retry_at
+            retry = (failed or bool(self._dirty_namespaces)) and now >= retry_at
             if not (woke or new_engine or retry):
                 continue
             # Let a burst of events (a kubectl apply of many objects) land before the pass.
@@ -153,11 +149,13 @@ class Reporter:
                 return
             self._wake.clear()
             last = time.monotonic()
+            failed = False
             try:
                 self.run_once()
             except Exception:  # the loop must survive anything one pass does
-                log.exception("audit pass failed")
-            if self._dirty_namespaces:
+                log.exception("audit pass failed; retrying")
+                failed = True
+            if failed or self._dirty_namespaces:
                 retry_at = time.monotonic() + self.retry_seconds
 
     def run_once(self) -> None:
@@ -165,9 +163,13 @@ class Reporter:
         engine = self.engine()
         if engine is None:
             return
-        if self._stale_pending:
+        if self._takeover:
+            # What another leader (or this one, earlier) wrote is unknown: decide everything again,
+            # and list the reports that exist so that those nothing backs any more get deleted.
+            self._auditor = None
+            self._written.clear()
             self._stale = {(fmt, key) for fmt in self.formats for key in self.store.existing(APIS[fmt])}
-            self._stale_pending = False
+            self._takeover = False
         start = time.perf_counter()
         full = self._auditor is None or self._auditor.engine is not engine
         if full:
