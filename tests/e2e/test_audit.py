@@ -100,9 +100,9 @@ def cluster(
 
 
 def audit(plane: ControlPlane, setup: dict[str, Any], *args: str) -> subprocess.CompletedProcess[str]:
-    return trainguard(
-        "audit", "--kubeconfig", str(plane.kubeconfig), "--config", str(setup["config"]), *args, timeout=300
-    )
+    """The CLI with the policies and config the servers of this module use."""
+    options = ["--kubeconfig", str(plane.kubeconfig), "--config", str(setup["config"])]
+    return trainguard("audit", *options, "--policies", str(setup["policies"]), *args, timeout=300)
 
 
 def ours(report: dict[str, Any], setup: dict[str, Any]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ WorkloadCaches  one watch-backed cache per supported kind (webhook.cluster.Watch
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator, Mapping
@@ -18,6 +19,7 @@ import orjson
 from kubernetes import client
 from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from webhook.audit.report import MANAGED_BY, ReportApi
 from webhook.audit.scan import NotServed, Page, controlled
@@ -294,3 +296,14 @@ def engine_context(
         if (e := exception_value(obj)) is not None
     ]
     return priority_classes, runtimes, exceptions
+
+
+@contextlib.contextmanager
+def reading() -> Iterator[None]:
+    """API errors while reading the cluster as ClusterError (exit 2 with a message, no traceback)."""
+    try:
+        yield
+    except ApiException as exc:
+        raise ClusterError(f"the API server refused a request: {exc.status} {exc.reason}") from None
+    except HTTPError as exc:
+        raise ClusterError(f"cannot reach the API server: {exc}") from None

@@ -15,11 +15,6 @@ from webhook.cli import EXIT_ALLOWED, EXIT_DENIED
 from webhook.cli._common import add_policy_args, load_policy_exceptions
 from webhook.config import load_config
 from webhook.engine import Engine, default_policies_dir, load_policy_set
-from webhook.errors import TrainguardError
-
-
-class AuditError(TrainguardError):
-    """The cluster could not be read."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -83,9 +78,6 @@ def _page_size(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     # The kubernetes client and tqdm are imported here: `trainguard check` does not pay for them.
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
     from webhook.audit import cluster
     from webhook.audit.compare import compare
     from webhook.audit.decide import Auditor, ObjectAudit, Result
@@ -103,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     missing: list[str] = []
     audits: list[ObjectAudit] = []
     pairs: list[tuple[ObjectAudit | None, ObjectAudit | None]] = []
-    try:
+    with cluster.reading():
         priority_classes, runtimes, cluster_exceptions = cluster.engine_context(api)
         exceptions = [*file_exceptions, *cluster_exceptions]
 
@@ -136,10 +128,6 @@ def run(args: argparse.Namespace) -> int:
                         pairs.append((audit, after))
                 if bar is not None:
                     bar.update(1)
-    except ApiException as exc:
-        raise AuditError(f"the API server refused a request: {exc.status} {exc.reason}") from None
-    except HTTPError as exc:
-        raise AuditError(f"cannot reach the API server: {exc}") from None
 
     audits.sort(key=lambda a: (a.ref.namespace or "", a.ref.kind, a.ref.name))
     level: Result = "warn" if args.fail_on == "warn" else "fail"
