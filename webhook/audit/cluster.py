@@ -304,6 +304,8 @@ def reading() -> Iterator[None]:
     try:
         yield
     except ApiException as exc:
+        if not exc.status:  # the client's way of saying the connection failed
+            raise ClusterError(f"cannot reach the API server: {exc.reason}") from None
         raise ClusterError(f"the API server refused a request: {exc.status} {exc.reason}") from None
     except HTTPError as exc:
         raise ClusterError(f"cannot reach the API server: {exc}") from None
