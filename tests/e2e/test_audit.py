@@ -288,7 +288,17 @@ def test_serve_audit_writes_reports_kubectl_shows_with_the_cli_counts(
     (row,) = [line.split() for line in table.splitlines() if line.startswith(cluster["mixed"])]
     # NAMESPACE NAME KIND NAME PASS FAIL WARN ERROR SKIP AGE: the scope columns are empty here
     assert row[1] == "trainguard-audit" and row[2:6] == [str(mixed["pass"]), "5", "0", "0"]
-    report = control_plane.kubectl_json("get", "policyreport", "trainguard-audit", "-n", cluster["mixed"])
+    shown = control_plane.kubectl(
+        "get",
+        "policyreport",
+        "trainguard-audit",
+        "-n",
+        cluster["mixed"],
+        "-o",
+        "json",
+        "--show-managed-fields",
+    )
+    report = json.loads(shown.stdout)
     managers = {m["manager"] for m in report["metadata"]["managedFields"]}
     assert managers == {"trainguard"} and {m["operation"] for m in report["metadata"]["managedFields"]} == {
         "Apply"
