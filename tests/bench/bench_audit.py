@@ -49,7 +49,22 @@ TEMPLATES = [
 
 
 def templates() -> list[dict[str, Any]]:
-    return [yaml.safe_load(p.read_text(encoding="utf-8")) for p in TEMPLATES]
+    return [_quantities_as_strings(yaml.safe_load(p.read_text(encoding="utf-8"))) for p in TEMPLATES]
+
+
+def _quantities_as_strings(node: Any) -> Any:
+    """`nvidia.com/gpu: 8` as "8": the client validates a Pod body against its model (quantities are
+    strings there), which the API server itself would accept either way."""
+    if isinstance(node, dict):
+        return {
+            k: {q: str(v) for q, v in val.items()}
+            if k in ("limits", "requests") and isinstance(val, dict)
+            else _quantities_as_strings(val)
+            for k, val in node.items()
+        }
+    if isinstance(node, list):
+        return [_quantities_as_strings(v) for v in node]
+    return node
 
 
 def create_all(api: Any, n: int, namespaces: list[str], concurrency: int) -> float:
