@@ -134,3 +134,18 @@ def test_namespace_and_all_namespaces_exclude_each_other(capsys) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["audit", "-n", "a", "-A"])
     assert exc.value.code == 2
+
+
+def test_serve_audit_without_cluster_access_exits_2(capsys, tmp_path) -> None:
+    for name in ("tls.crt", "tls.key"):
+        (tmp_path / name).write_text("not used: the options are refused first\n", encoding="utf-8")
+    argv = [
+        "serve",
+        "--tls-cert",
+        str(tmp_path / "tls.crt"),
+        "--tls-key",
+        str(tmp_path / "tls.key"),
+        "--audit",
+    ]
+    assert main(argv) == 2
+    assert "--audit needs cluster access (--kubeconfig or --in-cluster)" in capsys.readouterr().err
