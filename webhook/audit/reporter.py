@@ -71,6 +71,7 @@ class Reporter:
         max_bytes: int = DEFAULT_MAX_BYTES,
         min_interval: float = 1.0,
         poll_seconds: float = 1.0,
+        settle_seconds: float = 2.0,
         retry_seconds: float = 10.0,
         writes_per_second: float = 10.0,
     ) -> None:
@@ -84,6 +85,7 @@ class Reporter:
         self.min_interval = min_interval
         self.poll_seconds = poll_seconds  # how soon a new engine (policies, config, exceptions) is seen
         self.retry_seconds = retry_seconds
+        self.settle_seconds = settle_seconds
         self.write_gap = 1.0 / writes_per_second if writes_per_second > 0 else 0.0
         self.leading = False
         self.passes = 0  # completed passes while leading (tests and the benchmark wait on it)
@@ -131,6 +133,8 @@ class Reporter:
         last = -self.min_interval
         retry_at = 0.0
         failed = False
+        seen_engine: Engine | None = None
+        engine_since = 0.0
         while not self._stop.is_set():
             woke = self._wake.wait(self.poll_seconds)
             if self._stop.is_set():
@@ -139,7 +143,16 @@ class Reporter:
                 continue
             now = time.monotonic()
             engine = self.engine()
+            if engine is not seen_engine:
+                seen_engine, engine_since = engine, now
+            # A new engine means a full re-scan; at start-up the cluster caches rebuild it several
+            # times within a second or two, so wait until it has settled (any pass would use it).
             new_engine = engine is not None and (self._auditor is None or self._auditor.engine is not engine)
+            unsettled = self.settle_seconds - (now - engine_since)
+            if new_engine and unsettled > 0:
+                if self._stop.wait(unsettled):
+                    return
+                continue
             retry = (failed or bool(self._dirty_namespaces)) and now >= retry_at
             if not (woke or new_engine or retry):
                 continue
