@@ -45,3 +45,20 @@ def test_every_page_is_read_and_owned_pods_are_left_out() -> None:
     assert found[0]["kind"] == "PyTorchJob" and found[0]["apiVersion"] == "kubeflow.org/v1"
     assert len(missing) == len(KINDS) - 3
     assert "rayjobs" in missing and "deployments" not in missing
+
+
+def test_progress_bar_reaches_its_total_when_owned_pods_are_skipped() -> None:
+    import io
+
+    from tqdm import tqdm
+
+    from webhook.cli.audit import _counter
+
+    pods = [pod(f"p-{i}", owner="rs" if i % 3 == 0 else None) for i in range(10)]
+    lister = PagedLister(
+        {"pods": pods, "pytorchjobs": [{"metadata": {"name": "j"}}]}, {"pods", "pytorchjobs"}
+    )
+    bar = tqdm(total=0, file=io.StringIO())
+    for _ in scan(lister, page_size=4, on_page=_counter(bar)):
+        bar.update(1)
+    assert (bar.n, bar.total) == (11, 11)

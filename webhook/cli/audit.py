@@ -151,15 +151,19 @@ def run(args: argparse.Namespace) -> int:
 def _counter(bar: Any) -> Any:
     """Grow the bar's total as pages arrive: a kind's first page says how many remain, when the
     API server knows; otherwise each page adds what it holds."""
+    from webhook.audit.scan import controlled
+
     known: set[Any] = set()
 
     def on_page(kind: Any, page: Any) -> None:
-        if bar is None or kind in known:
+        if bar is None:
             return
-        bar.total = (bar.total or 0) + len(page.items) + (page.remaining or 0)
-        if page.remaining is not None or not page.continue_token:
-            known.add(kind)
-        bar.refresh()
+        if kind not in known:
+            bar.total = (bar.total or 0) + len(page.items) + (page.remaining or 0)
+            if page.remaining is not None or not page.continue_token:
+                known.add(kind)
+        # Pods a controller owns are counted in the total but never decided: count them as done.
+        bar.update(sum(1 for item in page.items if controlled(item)) if kind.kind == "Pod" else 0)
 
     return on_page
 
