@@ -164,6 +164,38 @@ def test_compare_policies_previews_what_would_newly_pass(control_plane, cluster,
     assert "2 would newly pass" in table.stdout and "0 would newly fail" in table.stdout
 
 
+def test_compare_policies_exits_1_when_a_passing_workload_would_newly_fail(
+    control_plane, cluster, tmp_path
+) -> None:
+    stricter = tmp_path / "stricter"
+    shutil.copytree(cluster["policies"], stricter)
+    (stricter / "require-team.yaml").write_text(
+        """apiVersion: trainguard.dev/v1alpha1
+kind: TrainingPolicy
+metadata:
+  name: require-team
+spec:
+  mode: Enforce
+  match:
+    kinds: [Job]
+  validations:
+    - expression: has(workload.labels.team)
+      message: label team is required
+""",
+        encoding="utf-8",
+    )
+    result = audit(
+        control_plane, cluster, "-n", cluster["good"], "--compare-policies", str(stricter), "-o", "json"
+    )
+    assert result.returncode == 1, result.stderr
+    comparison = json.loads(result.stdout)["comparison"]
+    # Both objects in `good` are Jobs (batch and Volcano), neither labelled `team`.
+    assert sorted((c["name"], c["policies"][0]) for c in comparison["newlyFailing"]) == [
+        ("lora-finetune", "require-team"),
+        ("mpi-allreduce", "require-team"),
+    ]
+
+
 def test_audit_without_credentials_exits_2(cluster, tmp_path) -> None:
     result = trainguard("audit", "--kubeconfig", str(tmp_path / "missing"))
     assert result.returncode == 2
