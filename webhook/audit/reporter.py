@@ -201,6 +201,9 @@ class Reporter:
             if not full and self._versions.get(uid) == version:
                 continue
             decided += 1
+            if decided % 32 == 0:
+                # Hand the GIL over: admissions on the event loop must not queue behind a re-scan.
+                time.sleep(0)
             audit = auditor.audit(obj)
             old = self._audits.get(uid)
             self._versions[uid] = version
