@@ -7,5 +7,6 @@ compare   two audits of the same objects (current and proposed policy set): what
 render    table / json / markdown / sarif for `trainguard audit`
 report    ObjectAudits -> wgpolicyk8s.io PolicyReports or openreports.io Reports, split by size
 reporter  the loop of `serve --audit`: re-decide what changed, write what differs, leader only
-cluster   the only module here that talks to the API server (kubernetes client)
+cluster   LISTs, watches and report writes: with cluster_serve (the watches, Reporter and Lease
+          of `serve --audit`), the only modules here that use the kubernetes client
 """
