@@ -229,10 +229,24 @@ class Reporter:
         if full:
             self._dirty_namespaces |= {a.ref.namespace for a in self._audits.values()}
             self._dirty_namespaces |= {key[0] for _fmt, key in self._stale}
+        seconds = time.perf_counter() - start
         if self.metrics is not None:
-            self.metrics.observe_audit_scan(time.perf_counter() - start, decided, full)
+            self.metrics.observe_audit_scan(seconds, decided, full)
             self.metrics.set_audit_results(self._counts())
+        dirty = len(self._dirty_namespaces)
         self._write_dirty()
+        log.log(
+            logging.INFO if full else logging.DEBUG,
+            "audit pass",
+            extra={
+                "full": full,
+                "decided": decided,
+                "workloads": len(self._audits),
+                "decide_s": round(seconds, 2),
+                "namespaces_written": dirty - len(self._dirty_namespaces),
+                "write_s": round(time.perf_counter() - start - seconds, 2),
+            },
+        )
         self.passes += 1
         if not self._dirty_namespaces:
             self.complete.set()
