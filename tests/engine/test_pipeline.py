@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,25 @@ def test_mode_and_failure_policy_shape_the_decision(
         assert (len(findings) == 1) == (name == where), name
     if where and "nothere" in expression:
         assert "could not be evaluated" in buckets[where][0].message
+
+
+@pytest.mark.parametrize(
+    ("failure", "allowed", "where"),
+    [
+        pytest.param("Fail", False, "violations", id="fail-policy-denies"),
+        pytest.param("Ignore", True, "warnings", id="ignore-policy-warns"),
+    ],
+)
+def test_policies_past_the_deadline_get_their_failure_policy_outcome(
+    tmp_path: Path, failure: str, allowed: bool, where: str
+) -> None:
+    engine = Engine(
+        load_policy_set([_policy_dir(tmp_path, failure=failure, expression="true")]), load_config()
+    )
+    decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() - 1))
+    assert decision.allowed is allowed
+    (finding,) = getattr(decision, where)
+    assert finding.policy == "rule" and "time budget" in finding.message
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any, Protocol
 
 from webhook.config import PlatformConfig
@@ -37,6 +37,9 @@ class AdmissionInput:
     dry_run: bool = False
     # TrainingRuntimes, PriorityClasses … seen beside the object (CLI) or in the cluster (webhook)
     runtimes: Mapping[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    # A time.monotonic() instant: policies not yet evaluated past it get their failurePolicy
+    # outcome (an error result), so a caller with a timeout answers instead of timing out.
+    deadline: float | None = None
 
 
 class Engine:
@@ -112,7 +115,10 @@ class Engine:
                 self.policies.backend, {**base, "object": obj, "workload": workload.view()}
             )
             for cp in self._mutating:
-                result = run(cp, workload, inp.operation, namespace, now, bindings, patcher)
+                if _past(inp.deadline):
+                    result = _out_of_time(cp.name)
+                else:
+                    result = run(cp, workload, inp.operation, namespace, now, bindings, patcher)
                 evaluated.append((cp.policy, result))
             if patcher.ops and validate:
                 # Validation sees the mutated object. Without validation (the /mutate endpoint)
@@ -125,7 +131,10 @@ class Engine:
                 self.policies.backend, {**base, "object": patcher.doc, "workload": workload.view()}
             )
             for cp in self._validating:
-                result = run(cp, workload, inp.operation, namespace, now, bindings, None)
+                if _past(inp.deadline):
+                    result = _out_of_time(cp.name)
+                else:
+                    result = run(cp, workload, inp.operation, namespace, now, bindings, None)
                 evaluated.append((cp.policy, result))
 
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
@@ -171,3 +180,11 @@ class Engine:
         if patcher is not None:
             return evaluate.mutate(cp, bindings, patcher)
         return evaluate.validate(cp, bindings)
+
+
+def _past(deadline: float | None) -> bool:
+    return deadline is not None and monotonic() >= deadline
+
+
+def _out_of_time(policy: str) -> PolicyResult:
+    return PolicyResult(policy, "error", ("not evaluated: the request's time budget was used up",))
