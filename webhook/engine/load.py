@@ -246,7 +246,9 @@ def load_policies(paths: Iterable[str | Path]) -> tuple[list[Policy], str]:
     digest = hashlib.sha256()
     policies: list[Policy] = []
     seen: dict[str, str] = {}
-    for path in policy_files(paths):
+    paths = list(paths)
+    files = policy_files(paths)
+    for path in files:
         # The digest is of names and contents, not absolute paths: the same set mounted
         # elsewhere (or re-linked by a ConfigMap update) is the same set.
         digest.update(path.name.encode())
@@ -260,5 +262,11 @@ def load_policies(paths: Iterable[str | Path]) -> tuple[list[Policy], str]:
                 )
             seen[policy.name] = str(path)
             policies.append(policy)
+    if not policies:
+        # An emptied ConfigMap or a wrong path must never mean "allow everything": every front
+        # door (serve, its reload, check, review) refuses an empty set.
+        where = ", ".join(str(p) for p in paths) or "(no path given)"
+        found = "policy files hold no TrainingPolicy" if files else "no policy files (*.yaml, *.yml)"
+        raise PolicyError(f"{found}: an empty policy set would allow everything", path=where)
     policies.sort(key=lambda p: p.name)
     return policies, digest.hexdigest()
