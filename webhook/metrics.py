@@ -7,7 +7,7 @@ each policy on 1 in `sample_every` requests, so that measuring the webhook does 
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -70,6 +70,20 @@ class Metrics:
             ["endpoint"],
             registry=r,
         )
+        self.policy_errors = Counter(
+            "trainguard_policy_errors",
+            "Policy evaluations that ended in an error (a CEL run-time error such as a division by "
+            "zero or a missing field, or the request's time budget used up before the policy ran); "
+            "the policy's failurePolicy decided those requests.",
+            ["policy"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "trainguard_admissions_in_flight", "Admissions being read or decided now.", registry=r
+        )
+        self.queued = Gauge(
+            "trainguard_admissions_waiting", "Admissions waiting for a free slot now.", registry=r
+        )
         self.reloads = Counter(
             "trainguard_reloads",
             "Reloads by source (policies, config, exceptions, certificate: the watched files; cluster: "
@@ -102,6 +116,7 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str, str], Counter] = {}
         self._latency_children: dict[str, Histogram] = {}
         self._policy_children: dict[str, Histogram] = {}
+        self._policy_error_children: dict[str, Counter] = {}
 
     # -- request path ---------------------------------------------------------------------------
 
@@ -124,6 +139,18 @@ class Metrics:
 
     def observe_engine_error(self, endpoint: str) -> None:
         self.engine_errors.labels(endpoint).inc()
+
+    def observe_policy_error(self, policy: str) -> None:
+        child = self._policy_error_children.get(policy)
+        if child is None:
+            child = self.policy_errors.labels(policy)
+            if len(self._policy_error_children) < 4096:  # policy names come from files, not requests
+                self._policy_error_children[policy] = child
+        child.inc()
+
+    def set_in_flight(self, busy: Callable[[], float], waiting: Callable[[], float]) -> None:
+        self.in_flight.set_function(busy)
+        self.queued.set_function(waiting)
 
     def sample(self) -> bool:
         """True once every `sample_every` calls: time this request's policies."""
