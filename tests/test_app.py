@@ -136,6 +136,16 @@ BAD_CALLS = [
         id="yaml",
     ),
     pytest.param({}, orjson.dumps(admission_review(pytorchjob())), "Content-Type", id="no-content-type"),
+    pytest.param(
+        JSON,
+        b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u",'
+        b'"operation":"CREATE","object":{},"kind":' + b'{"kind":' * 990 + b'"Pod"' + b"}" * 991 + b"}",
+        "nested deeper than 100 levels",
+        id="kind-nested-990-levels",
+    ),
+    pytest.param(
+        JSON, orjson.dumps(admission_review(pytorchjob(), name=["x"])), "field request.name", id="name-a-list"
+    ),
 ]
 
 
@@ -361,3 +371,14 @@ def test_engine_error_logs_where_not_what(
     assert record["error"] == "RuntimeError"
     assert any("test_app.py" in frame for frame in record["error_at"])
     assert "boom" not in log_lines.getvalue()
+
+
+def test_request_values_of_megabytes_are_logged_cut_short(client: TestClient, log_lines: io.StringIO) -> None:
+    huge = "n" * 1_000_000
+    job = pytorchjob(queue=False)
+    response = post(client, "/validate", admission_review(job, name=huge, namespace=huge))
+    assert response.status_code == 200 and response.json()["response"]["allowed"] is False
+    (record,) = records(log_lines)
+    assert len(record["object_name"]) < 400 and record["object_name"].endswith("(1000000 characters)")
+    assert len(record["namespace"]) < 400
+    assert len(log_lines.getvalue()) < 4000
