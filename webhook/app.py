@@ -45,6 +45,7 @@ from webhook.metrics import Metrics
 from webhook.settings import DEFAULT_MAX_BODY_BYTES
 
 DEFAULT_BUDGET_SECONDS = 4.0  # below the webhook configurations' timeoutSeconds (5)
+LARGE_BODY_BYTES = 256 * 1024  # a 30-env 8-GPU training Pod's review is about 12 KB
 RETRY_AFTER_SECONDS = 1
 _JSON = "application/json"
 _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook itself
@@ -62,6 +63,8 @@ class ServerState:
     shutting_down: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     budget: float = DEFAULT_BUDGET_SECONDS
+    large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
+    large_bytes_in_flight: int = 0
     slots: Slots = field(default_factory=lambda: Slots(8, 32, 1.0))
     threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))
@@ -167,8 +170,10 @@ async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> R
         )
         return _reject(state, endpoint, busy, start)
     work: asyncio.Future[_Answer] | None = None
+    reserved = 0
     try:
         try:
+            reserved = _reserve_large_body(state, request)
             body = await _read_body(request, state.max_body_bytes)
             engine = state.engine
             if engine is None:
@@ -194,12 +199,42 @@ async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> R
             return _too_slow(state, endpoint, review.peek_uid(raw), start)
         return _respond(state, endpoint, answer, start)
     finally:
+
+        def release(_: object = None) -> None:
+            state.slots.release()
+            state.large_bytes_in_flight -= reserved
+
         if work is not None and not work.done():
             # The thread is still deciding: its slot stays taken until it ends, so a pile of
             # slow requests turns into 429s, not into unbounded work.
-            work.add_done_callback(lambda _: state.slots.release())
+            work.add_done_callback(release)
         else:
-            state.slots.release()
+            release()
+
+
+def _reserve_large_body(state: ServerState, request: Request) -> int:
+    """Bytes reserved for a large body, or _Rejected (429) when large bodies use up their budget.
+
+    A decision holds about 15 times its body in memory (the decoded object, the workload view,
+    the CEL values): a few slots of 3 MiB bodies would need more memory than many slots of the
+    usual 10 KB. So bodies past LARGE_BODY_BYTES also draw on a byte budget per worker; one
+    large body is always let through, so any body under the size limit can be decided.
+    """
+    declared = request.headers.get("content-length")
+    size = int(declared) if declared is not None and declared.isdigit() else state.max_body_bytes
+    if size < LARGE_BODY_BYTES:
+        return 0
+    size = min(size, state.max_body_bytes)
+    if state.large_bytes_in_flight and state.large_bytes_in_flight + size > state.large_body_budget:
+        raise _Rejected(
+            429,
+            "busy-large",
+            f"too many large admissions in progress ({state.large_bytes_in_flight} bytes of bodies over "
+            f"{LARGE_BODY_BYTES} bytes); retry in {RETRY_AFTER_SECONDS} s",
+            {"retry-after": str(RETRY_AFTER_SECONDS)},
+        )
+    state.large_bytes_in_flight += size
+    return size
 
 
 def _decide(

@@ -145,6 +145,7 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         metrics=Metrics(sample_every=settings.metrics_sample_every),
         max_body_bytes=settings.max_body_bytes,
         budget=settings.request_budget,
+        large_body_budget=2 * settings.max_body_bytes,
         slots=Slots(settings.max_in_flight, settings.max_queued, settings.queue_wait),
         threads=DecisionThreads(settings.decision_threads),
     )
