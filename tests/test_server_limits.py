@@ -389,3 +389,49 @@ def test_sigterm_with_a_slow_decision_in_flight_exits_within_the_grace_period(
     assert took < grace
     messages = [orjson.loads(line)["msg"] for line in stderr.splitlines() if line.startswith("{")]
     assert "shutdown requested: not ready, still serving" in messages
+
+
+def test_workers_stop_when_their_supervisor_is_killed(files: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [
+        *(
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+        ),
+        *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
+        *("--policies", str(files / "policies"), "--shutdown-delay", "0"),
+    ]
+    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(verify=client_context(files), timeout=1) as client:
+
+            def ready() -> bool:
+                with contextlib.suppress(httpx.HTTPError):
+                    return client.get(f"https://127.0.0.1:{port}/readyz").status_code == 200
+                return False
+
+            wait_for(ready, "the served process to be ready", timeout=30)
+        children_file = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        workers = wait_for(lambda: [int(p) for p in children_file.read_text().split()], "the workers")
+        assert len(workers) == 2
+        process.kill()
+        process.wait(WAIT)
+
+        def gone() -> bool:
+            return not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+        wait_for(gone, "the workers to stop")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

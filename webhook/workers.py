@@ -12,6 +12,7 @@ would compile the policy set once per worker and cannot share a server built fro
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import math
 import os
@@ -33,6 +34,7 @@ log = logging.getLogger("trainguard.server")
 _RESTARTS = 5  # per _RESTART_WINDOW seconds; a worker dying faster than that stops the server
 _RESTART_WINDOW = 60.0
 _POLL = 0.1
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def default_workers(cgroup_root: str = "/sys/fs/cgroup") -> int:
@@ -57,14 +59,25 @@ def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
         sock.listen(backlog)
     except OSError as exc:
         sock.close()
-        raise ServerError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise ServerError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
     sock.set_inheritable(True)
     return sock
+
+
+def _stop_with_parent(parent: int) -> None:
+    """Ask the kernel for SIGTERM when the supervisor dies (a SIGKILL to it must not leave workers
+    serving the port with nobody to stop them); ctypes because the os module has no prctl()."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def run(server: WebhookServer, settings: Settings) -> int:
     """Serve with `settings.workers` processes until SIGTERM/SIGINT; 0 when every worker drained."""
     sock = bind(settings.host, settings.port, server.config.backlog)
+    parent = os.getpid()
     children: dict[int, int] = {}  # pid -> worker index
     stopping: list[int] = []  # the signal that asked us to stop, once one did
 
@@ -81,6 +94,7 @@ def run(server: WebhookServer, settings: Settings) -> int:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     signal.signal(sig, signal.SIG_DFL)  # uvicorn installs its own in run()
                 server.worker = index
+                _stop_with_parent(parent)
                 server.run(sockets=[sock])
                 code = 0
             except SystemExit as exc:
