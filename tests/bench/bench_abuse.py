@@ -169,16 +169,23 @@ def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
         conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
         while not done.is_set() and len(healthz) < 2000:
             t = time.perf_counter()
-            request(conn, "GET", "/healthz")
+            try:
+                request(conn, "GET", "/healthz")
+            except (OSError, http.client.HTTPException):  # a timeout is a figure too: the 30 s waited
+                conn.close()
+                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
             healthz.append(time.perf_counter() - t)
             time.sleep(0.05)
 
     poller = threading.Thread(target=poll, daemon=True)
     with Sampler(pid) as mem:
         poller.start()
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=60)
+        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=120)
         start = time.perf_counter()
-        status, answer = request(conn, "POST", "/validate", body)
+        try:
+            status, answer = request(conn, "POST", "/validate", body)
+        except (OSError, http.client.HTTPException):
+            status, answer = -1, b"{}"
         seconds = time.perf_counter() - start
         done.set()
         poller.join(30)
@@ -245,9 +252,13 @@ def probe_deep(port: int, ctx: ssl.SSLContext) -> dict[str, Any]:
     )
     valid = json.dumps(common.admission_review(common.big_training_pod()), separators=(",", ":")).encode()
     conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-    first, _ = request(conn, "POST", "/validate", deep)
-    second, _ = request(conn, "POST", "/validate", valid)
-    return {"deep_status": first, "then_same_connection": second}
+    outcomes: list[int | str] = []
+    for body in (deep, valid):
+        try:
+            outcomes.append(request(conn, "POST", "/validate", body)[0])
+        except (OSError, http.client.HTTPException) as exc:
+            outcomes.append(type(exc).__name__)
+    return {"deep_status": outcomes[0], "then_same_connection": outcomes[1]}
 
 
 def padded_review(target: int) -> bytes:
