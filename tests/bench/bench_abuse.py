@@ -11,6 +11,7 @@ and its workers, sampled every 20 ms; growth is over the figure at rest).
   no-body        20 connections sending a Content-Length and no body
   withheld       40 connections sending all but the last byte of a 3 MiB body
   deep           request.kind.kind nested 990 levels, then a valid review on the same connection
+  sequential     the common path for comparison: 2,000 keep-alive /validate calls, one at a time
   peak           workers x max-in-flight connections posting 2.8 MiB reviews for 10 s: the peak
                  RSS at the concurrency limit with the largest bodies (what the Deployment's
                  memory limit is set from)
@@ -311,6 +312,24 @@ def probe_peak(port: int, ctx: ssl.SSLContext, pid: int, clients: int, seconds: 
     }
 
 
+def probe_sequential(port: int, ctx: ssl.SSLContext, count: int) -> dict[str, Any]:
+    """The common path, for comparison: keep-alive /validate of the 11.6 KB Pod, one at a time."""
+    body = json.dumps(common.admission_review(common.big_training_pod()), separators=(",", ":")).encode()
+    conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        request(conn, "POST", "/validate", body)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return {
+        "requests": count,
+        "p50_ms": round(common.percentile(times, 50) * 1000, 2),
+        "p90_ms": round(common.percentile(times, 90) * 1000, 2),
+        "p99_ms": round(common.percentile(times, 99) * 1000, 2),
+    }
+
+
 @contextlib.contextmanager
 def server(workers: int, tmp: Path, name: str) -> Iterator[tuple[servers.Server, ssl.SSLContext]]:
     port = servers.free_port()
@@ -359,6 +378,7 @@ def run(
                 ),
             ),
             ("deep", lambda s, c: probe_deep(s.port, c)),
+            ("sequential", lambda s, c: probe_sequential(s.port, c, 500 if quick else 2000)),
             ("peak", lambda s, c: probe_peak(s.port, c, s.pid, workers * max_in_flight, 5 if quick else 10)),
         ]
         for name, probe in probes:
