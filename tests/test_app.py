@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from starlette.testclient import TestClient
 
-from webhook import logs
+from webhook import logs, review
 from webhook.app import ServerState, create_app
 from webhook.config import load_config
 from webhook.engine import AdmissionInput, Decision, Engine, PolicySet, default_policies_dir, load_policy_set
@@ -382,3 +382,26 @@ def test_request_values_of_megabytes_are_logged_cut_short(client: TestClient, lo
     assert len(record["object_name"]) < 400 and record["object_name"].endswith("(1000000 characters)")
     assert len(record["namespace"]) < 400
     assert len(log_lines.getvalue()) < 4000
+
+
+FAILURES_WHILE_READING = [
+    pytest.param(
+        "loads", RecursionError("maximum recursion depth exceeded"), "RecursionError", id="decode-recursion"
+    ),
+    pytest.param("loads", MemoryError(), "MemoryError", id="decode-memory"),
+    pytest.param("parse_review", MemoryError(), "MemoryError", id="check-memory"),
+    pytest.param("parse_review", RecursionError(), "RecursionError", id="check-recursion"),
+]
+
+
+@pytest.mark.parametrize(("step", "error", "named"), FAILURES_WHILE_READING)
+def test_an_error_while_reading_a_review_is_a_400_never_a_500(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, step: str, error: BaseException, named: str
+) -> None:
+    def fail(*args: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(review, step, fail)
+    response = post(client, "/validate", admission_review(pytorchjob()))
+    assert response.status_code == 400
+    assert named in response.json()["error"]

@@ -125,10 +125,10 @@ def create_app(state: ServerState) -> Starlette:
     """The ASGI app: /validate, /mutate, /healthz, /readyz, /metrics over `state`."""
 
     async def validate(request: Request) -> Response:
-        return await _admit(state, VALIDATE, request)
+        return await _guarded(state, VALIDATE, request)
 
     async def mutate(request: Request) -> Response:
-        return await _admit(state, MUTATE, request)
+        return await _guarded(state, MUTATE, request)
 
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type=_JSON)
@@ -153,6 +153,26 @@ def create_app(state: ServerState) -> Starlette:
             Route("/metrics", metrics, methods=["GET"]),
         ]
     )
+
+
+async def _guarded(state: ServerState, endpoint: _Endpoint, request: Request) -> Response:
+    """_admit(), with the last word on anything it did not foresee: a 400 naming the error, never a 500."""
+    start = perf_counter()
+    try:
+        return await _admit(state, endpoint, request)
+    except Exception as exc:  # RecursionError, MemoryError, a bug: the API server applies failurePolicy
+        state.metrics.observe_engine_error(endpoint.name)
+        state.logger.error(
+            "admission call failed",
+            extra={
+                "endpoint": endpoint.name,
+                "error": type(exc).__name__,
+                "error_at": logs.error_location(exc),
+            },
+        )
+        failed = _Rejected(400, "internal-error", f"the request could not be handled ({type(exc).__name__})")
+        failed.headers = {"connection": "close"}  # what was left unread of the body must not follow
+        return _reject(state, endpoint, failed, start)
 
 
 async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> Response:
