@@ -55,7 +55,8 @@ _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook its
 class ServerState:
     """What the routes read: the current Engine (swapped whole, by one assignment), readiness, metrics.
 
-    Everything runs on the event loop's thread; `install()` is the only writer of `engine`.
+    Read and written on the event loop's thread only (the deciding threads get the engine and the
+    decoded review as arguments); `install()` is the only writer of `engine`.
     """
 
     metrics: Metrics = field(default_factory=Metrics)
@@ -242,9 +243,8 @@ def _reserve_large_body(state: ServerState, request: Request) -> int:
     """
     declared = request.headers.get("content-length")
     size = int(declared) if declared is not None and declared.isdigit() else state.max_body_bytes
-    if size < LARGE_BODY_BYTES:
+    if size < LARGE_BODY_BYTES or size > state.max_body_bytes:  # small, or a 413 without reading it
         return 0
-    size = min(size, state.max_body_bytes)
     if state.large_bytes_in_flight and state.large_bytes_in_flight + size > state.large_body_budget:
         raise _Rejected(
             429,
