@@ -39,7 +39,8 @@ class Metrics:
             "trainguard_admission_requests",
             "Admission requests answered with an AdmissionReview, by decision "
             "(allowed, denied, skipped: nothing to decide, error: the engine failed and the request "
-            "was answered with a denial (validate) or an allow without patch (mutate)).",
+            "was answered with a denial (validate) or an allow without patch (mutate); timeout: not "
+            "decided within the request budget, answered the same way).",
             ["endpoint", "operation", "kind", "decision"],
             registry=r,
         )

@@ -95,6 +95,8 @@ def run(server: WebhookServer, settings: Settings) -> int:
                     signal.signal(sig, signal.SIG_DFL)  # uvicorn installs its own in run()
                 server.worker = index
                 _stop_with_parent(parent)
+                for handler in logging.getLogger().handlers:
+                    handler.addFilter(_WorkerField(index))
                 server.run(sockets=[sock])
                 code = 0
             except SystemExit as exc:
@@ -152,6 +154,18 @@ def run(server: WebhookServer, settings: Settings) -> int:
         sock.close()
     log.info("stopped")
     return 1 if failed else 0
+
+
+class _WorkerField(logging.Filter):
+    """Every record a worker writes says which worker wrote it (a `worker` field in the JSON line)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True
 
 
 def _signal(pid: int, sig: int) -> None:
