@@ -435,3 +435,36 @@ def test_workers_stop_when_their_supervisor_is_killed(files: Path) -> None:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def large_slow_review(containers: int, pad: int) -> bytes:
+    review = orjson.loads(slow_review(containers))
+    review["request"]["object"]["metadata"]["annotations"] = {"pad": "x" * pad}
+    return orjson.dumps(review)
+
+
+def test_large_bodies_share_a_byte_budget_and_small_ones_pass(files: Path) -> None:
+    # 1 MiB body limit: two bodies of 0.9 MB fit the 2 MiB budget of large bodies, a third does not.
+    settings = slow_settings(files, request_budget=30.0, max_body_bytes=1024 * 1024)
+    with running(settings) as server:
+        answers: list[Any] = []
+        large = [
+            threading.Thread(
+                target=post_review, args=(files, server, large_slow_review(14, 900_000), answers), daemon=True
+            )
+            for _ in range(2)
+        ]
+        for thread in large:
+            thread.start()
+        wait_for(lambda: server.state.threads.running == 2, "both large decisions to start")
+        third: list[Any] = []
+        post_review(files, server, large_slow_review(2, 900_000), third)
+        small: list[Any] = []
+        post_review(files, server, slow_review(2), small)
+        assert server.state.threads.running == 2, "the large decisions ended too soon to tell"
+        for thread in large:
+            thread.join(timeout=60)
+    assert third[0].status_code == 429 and third[0].headers["retry-after"] == "1"
+    assert "too many large admissions" in third[0].json()["error"]
+    assert small[0].status_code == 200
+    assert [a.status_code for a in answers] == [200, 200]
