@@ -185,6 +185,21 @@ def test_a_slow_or_silent_client_gets_408_and_is_closed(
             assert client.get(url(server, "/healthz")).status_code == 200
 
 
+def test_a_client_that_never_starts_the_tls_handshake_is_disconnected(files: Path) -> None:
+    with (
+        running(settings_for(files, header_timeout=0.5)) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as raw,
+    ):
+        started = time.monotonic()
+        try:
+            data = raw.recv(1024)  # nothing was sent: the next thing is the server hanging up
+        except ConnectionResetError:
+            data = b""
+        waited = time.monotonic() - started
+    assert data == b""
+    assert waited < WAIT
+
+
 # -- header limits --------------------------------------------------------------------------------
 
 HEADER_ABUSE = [

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import ssl
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
+import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
 from webhook import logs, tls, workers
@@ -138,6 +140,24 @@ class WebhookServer(uvicorn.Server):
         log.info("stopped", extra={"abandoned_decisions": running} if running else None)
 
 
+class _HandshakeLimitedLoop(uvloop.Loop):
+    """uvloop with a TLS handshake timeout: uvicorn passes none, and uvloop's default is 60 s, during
+    which a client that connects and never says hello holds a connection before any HTTP limit applies."""
+
+    handshake_timeout: float = 10.0
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", self.handshake_timeout)
+        return await super().create_server(*args, **kwargs)
+
+
+def _new_loop(handshake_timeout: float) -> asyncio.AbstractEventLoop:
+    loop = _HandshakeLimitedLoop()
+    loop.handshake_timeout = handshake_timeout
+    return loop
+
+
 def build(settings: Settings, *, state: ServerState | None = None) -> WebhookServer:
     """Everything but the event loop: loads policies (PolicyError/ConfigError), TLS (ServerError)."""
     _check(settings)
@@ -166,7 +186,8 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
         http=limited_protocol(limits),
-        loop="uvloop",
+        # A loop factory where uvicorn takes a name ("uvloop"): the same loop, with a handshake limit.
+        loop=functools.partial(_new_loop, settings.header_timeout),  # type: ignore[arg-type]
         lifespan="on",
         timeout_graceful_shutdown=max(1, round(settings.graceful_timeout)),
         # Longer than the API server's idle-connection timeout (90 s): the client, not us, closes
