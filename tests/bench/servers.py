@@ -153,6 +153,10 @@ def trainguard_server(port: int, certs: Path, log_path: Path, extra: list[str] |
         str(certs / "tls.key"),
         "--shutdown-delay",
         "0",
+        # One worker process, as the no-op floor runs: the figures are per worker (`extra` may
+        # ask for more; the last --workers wins).
+        "--workers",
+        "1",
         *(extra or []),
     ]
     return Server("trainguard", argv, port, certs / "ca.crt", log_path)
