@@ -333,9 +333,8 @@ def probe_sequential(port: int, ctx: ssl.SSLContext, count: int) -> dict[str, An
 @contextlib.contextmanager
 def server(workers: int, tmp: Path, name: str) -> Iterator[tuple[servers.Server, ssl.SSLContext]]:
     port = servers.free_port()
-    # --workers 0: the server's own default (and a tree without the option, for comparisons).
-    extra = ["--workers", str(workers)] if workers else []
-    s = servers.trainguard_server(port, tmp / "certs", tmp / f"{name}.log", extra)
+    # --workers 0: leave the option out (a tree without it, for comparisons).
+    s = servers.trainguard_server(port, tmp / "certs", tmp / f"{name}.log", workers=workers or None)
     with s:
         time.sleep(0.5)  # every worker up, not just the first that answered /readyz
         yield s, ssl.create_default_context(cafile=str(tmp / "certs" / "ca.crt"))
