@@ -66,7 +66,7 @@ class ServerState:
     budget: float = DEFAULT_BUDGET_SECONDS
     large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
     large_bytes_in_flight: int = 0
-    slots: Slots = field(default_factory=lambda: Slots(8, 32, 1.0))
+    slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
     threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))
     policy_error_log: logs.RateLimited = field(

@@ -1,9 +1,10 @@
 """Keeping one admission from holding up the others: a bounded set of slots and the deciding threads.
 
 Slots: at most `size` admissions are read and decided at once in a worker; up to `queue` more
-wait (holding only their headers: the body is read once a slot is theirs) for at most `wait`
-seconds; anything beyond is refused at once with 429 and Retry-After, so memory is bounded by
-`size` bodies and the API server retries or applies failurePolicy quickly, not at its timeout.
+wait (holding their headers and what flow control lets in of the body, 64 KiB) for at most
+`wait` seconds, which absorbs a burst; anything beyond is refused at once with 429 and
+Retry-After, so memory stays bounded and the API server gets an answer quickly, not at its
+timeout.
 
 Deciding threads: decisions are CPU work; run on the event loop, one slow decision would hold up
 /healthz, /readyz and every other connection of the worker. On a few threads, the loop gets the
@@ -62,6 +63,10 @@ class Slots:
             if waiter.done() and not waiter.cancelled():
                 return  # handed a slot just as the wait ran out: keep it
             raise Busy from None
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot, then cancelled (a drain): pass it on
+            raise
         finally:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)

@@ -45,8 +45,10 @@ class Settings:
     # Isolation and limits (DESIGN §6): per worker process.
     workers: int = 1
     max_in_flight: int = 8  # admissions read and decided at once; more wait in a short queue
-    max_queued: int = 32  # admissions waiting for a slot; beyond that, 429 at once
-    queue_wait: float = 1.0  # seconds an admission may wait for a slot before a 429
+    # Admissions waiting for a slot (holding their headers and at most 64 KiB of body each): a
+    # burst is absorbed, a flood past this gets 429 at once.
+    max_queued: int = 128
+    queue_wait: float = 2.0  # seconds an admission may wait for a slot (within its budget) before a 429
     decision_threads: int = 4  # threads deciding off the event loop
     header_timeout: float = 10.0  # seconds from connect (or the first byte of a request) to its headers
     body_timeout: float = 10.0  # seconds to receive a whole body once its headers are in

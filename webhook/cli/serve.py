@@ -106,7 +106,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=_positive_int,
         default=8,
         metavar="N",
-        help="admissions read and decided at once per worker; up to 4x more wait up to 1 s, the rest "
+        help="admissions read and decided at once per worker; up to 16x more wait up to 2 s, the rest "
         "get 429 with Retry-After (default: 8)",
     )
     limits.add_argument(
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         workers=args.workers or default_workers(),
         max_in_flight=args.max_in_flight,
-        max_queued=4 * args.max_in_flight,
+        max_queued=16 * args.max_in_flight,
         request_budget=args.request_budget,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
