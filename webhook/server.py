@@ -32,7 +32,7 @@ import uvicorn
 import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
-from webhook import logs, tls, workers
+from webhook import logs, runtime_tuning, tls, workers
 from webhook.app import ServerState, create_app
 from webhook.cluster_hooks import cluster_hooks
 from webhook.isolation import DecisionThreads, Slots
@@ -223,6 +223,9 @@ def serve(settings: Settings) -> int:
     """Run the webhook until SIGTERM/SIGINT and a graceful drain; 0 on a clean stop."""
     logs.configure(settings.log_level)
     server = build(settings)
+    # After everything is loaded, before the first request; before the fork, so that every worker
+    # inherits it and the frozen objects stay shared pages.
+    runtime_tuning.tune_for_latency()
     if settings.workers > 1:
         return workers.run(server, settings)
     try:
