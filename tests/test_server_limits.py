@@ -63,7 +63,7 @@ spec:
 
 
 def slow_review(containers: int, uid: str = UID) -> bytes:
-    """A Pod whose decision under SLOW_POLICY on cel-python takes about containers³ × 0.5 ms."""
+    """A Pod whose decision under SLOW_POLICY on cel-python takes about containers³ × 0.5 ms (idle machine)."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -298,7 +298,7 @@ def test_probes_are_answered_while_a_slow_decision_runs(files: Path) -> None:
     with running(slow_settings(files, request_budget=30.0)) as server:
         answers: list[Any] = []
         slow = threading.Thread(
-            target=post_review, args=(files, server, slow_review(16), answers), daemon=True
+            target=post_review, args=(files, server, slow_review(20), answers), daemon=True
         )
         slow.start()
         wait_for(lambda: server.state.threads.running == 1, "the slow decision to start")
@@ -315,7 +315,7 @@ def test_probes_are_answered_while_a_slow_decision_runs(files: Path) -> None:
 def test_a_decision_past_its_budget_is_answered_fail_closed_in_time(files: Path) -> None:
     with running(slow_settings(files, request_budget=0.5)) as server:
         answers: list[Any] = []
-        post_review(files, server, slow_review(16), answers)
+        post_review(files, server, slow_review(20), answers)
         assert server.state.threads.running == 1, "the answer waited for the decision"
         wait_for(lambda: server.state.threads.running == 0, "the abandoned decision to end", timeout=60)
     out = answers[0].json()["response"]
@@ -328,7 +328,7 @@ def test_a_full_server_answers_429_with_retry_after(files: Path) -> None:
     with running(settings) as server:
         answers: list[Any] = []
         slow = threading.Thread(
-            target=post_review, args=(files, server, slow_review(14), answers), daemon=True
+            target=post_review, args=(files, server, slow_review(18), answers), daemon=True
         )
         slow.start()
         wait_for(lambda: server.state.threads.running == 1, "the slow decision to start")
@@ -465,7 +465,7 @@ def test_large_bodies_share_a_byte_budget_and_small_ones_pass(files: Path) -> No
         answers: list[Any] = []
         large = [
             threading.Thread(
-                target=post_review, args=(files, server, large_slow_review(14, 900_000), answers), daemon=True
+                target=post_review, args=(files, server, large_slow_review(18, 900_000), answers), daemon=True
             )
             for _ in range(2)
         ]
@@ -483,3 +483,66 @@ def test_large_bodies_share_a_byte_budget_and_small_ones_pass(files: Path) -> No
     assert "too many large admissions" in third[0].json()["error"]
     assert small[0].status_code == 200
     assert [a.status_code for a in answers] == [200, 200]
+
+
+def test_with_two_workers_every_scrape_counts_every_admission(files: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [
+        *(
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+        ),
+        *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
+        *("--policies", str(files / "policies"), "--shutdown-delay", "0"),
+    ]
+    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    base = f"https://127.0.0.1:{port}"
+    try:
+
+        def ready() -> bool:
+            with (
+                contextlib.suppress(httpx.HTTPError),
+                httpx.Client(verify=client_context(files), timeout=1) as c,
+            ):
+                return c.get(f"{base}/readyz").status_code == 200
+            return False
+
+        wait_for(ready, "the served process to be ready", timeout=30)
+        for _ in range(12):  # a new connection each: the kernel spreads them over the workers
+            with httpx.Client(verify=client_context(files), timeout=WAIT) as client:
+                answer = client.post(
+                    f"{base}/validate", content=REVIEW, headers={"content-type": "application/json"}
+                )
+                assert denied_by_gang(answer.json()["response"])
+        scrapes = []
+        for _ in range(6):
+            with httpx.Client(verify=client_context(files), timeout=WAIT) as client:
+                scrapes.append(client.get(f"{base}/metrics").text)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr[-2000:]
+    pids = {orjson.loads(line).get("worker") for line in stderr.splitlines() if '"admission"' in line}
+    for text in scrapes:
+        counted = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("trainguard_admission_requests_total{") and 'endpoint="validate"' in line
+        )
+        assert counted == 12, text
+        ready_lines = [line for line in text.splitlines() if line.startswith("trainguard_ready")]
+        assert ready_lines and all(line.endswith(" 1.0") for line in ready_lines), ready_lines
+    assert pids  # the admission log lines say which worker decided

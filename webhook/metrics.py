@@ -2,15 +2,23 @@
 
 The request path touches only pre-resolved label children (a dict lookup and an add), and times
 each policy on 1 in `sample_every` requests, so that measuring the webhook does not slow it down.
+
+With several worker processes (`serve --workers`), a scrape reaches one of them, which must answer
+for all: prometheus_client's multiprocess mode (values in files under $PROMETHEUS_MULTIPROC_DIR,
+set by `serve` before this module is imported) sums counters and histograms over the workers and
+keeps one series per live worker for the gauges that are a worker's state. The gauges computed at
+scrape time (admissions in flight, certificate expiry) are the answering worker's own.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Collection, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from webhook import kinds
 
@@ -32,6 +40,9 @@ class Metrics:
         if sample_every < 1:
             raise ValueError(f"sample_every must be at least 1, got {sample_every}")
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        # Gauges computed at scrape time cannot live in the shared files: a registry of their own.
+        self._local = CollectorRegistry(auto_describe=True) if self.multiprocess_dir else self.registry
         self.sample_every = sample_every
         self._sample_countdown = sample_every
         r = self.registry
@@ -80,10 +91,14 @@ class Metrics:
             registry=r,
         )
         self.in_flight = Gauge(
-            "trainguard_admissions_in_flight", "Admissions being read or decided now.", registry=r
+            "trainguard_admissions_in_flight",
+            "Admissions being read or decided now (by the worker that answers the scrape).",
+            registry=self._local,
         )
         self.queued = Gauge(
-            "trainguard_admissions_waiting", "Admissions waiting for a free slot now.", registry=r
+            "trainguard_admissions_waiting",
+            "Admissions waiting for a free slot now (by the worker that answers the scrape).",
+            registry=self._local,
         )
         self.reloads = Counter(
             "trainguard_reloads",
@@ -94,24 +109,32 @@ class Metrics:
             registry=r,
         )
         self.policy_set_policies = Gauge(
-            "trainguard_policy_set_policies", "Policies in the policy set that decides now.", registry=r
+            "trainguard_policy_set_policies",
+            "Policies in the policy set that decides now.",
+            registry=r,
+            multiprocess_mode="livemostrecent",
         )
         self.policy_set_loaded = Gauge(
             "trainguard_policy_set_loaded_timestamp_seconds",
             "When the active policy set was loaded (Unix time).",
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.policy_set_load_duration = Gauge(
             "trainguard_policy_set_load_duration_seconds",
             "How long loading and compiling the active policy set took.",
             registry=r,
+            multiprocess_mode="livemostrecent",
         )
-        self.ready = Gauge("trainguard_ready", "1 while /readyz answers 200.", registry=r)
+        # With several workers: 1 only while every live worker is ready.
+        self.ready = Gauge(
+            "trainguard_ready", "1 while /readyz answers 200.", registry=r, multiprocess_mode="livemin"
+        )
         self._not_after: float | None = None
         self.certificate_expiry = Gauge(
             "trainguard_certificate_expiry_seconds",
             "Seconds until the serving certificate's notAfter (negative once expired).",
-            registry=r,
+            registry=self._local,
         )
         self.certificate_expiry.set_function(self._seconds_to_expiry)
         self._request_children: dict[tuple[str, str, str, str], Counter] = {}
@@ -185,7 +208,11 @@ class Metrics:
         self._not_after = timestamp
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        every_worker = CollectorRegistry()
+        MultiProcessCollector(every_worker, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(every_worker) + generate_latest(self._local)
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+import tempfile
 import time
 from typing import TYPE_CHECKING
 
@@ -95,6 +96,10 @@ def run(server: WebhookServer, settings: Settings) -> int:
                     signal.signal(sig, signal.SIG_DFL)  # uvicorn installs its own in run()
                 server.worker = index
                 _stop_with_parent(parent)
+                if server.state.engine is not None:
+                    # A forked worker's metric values start from zero in its own files (multiprocess
+                    # mode): publish its readiness and policy count there.
+                    server.state.install(server.state.engine)
                 for handler in logging.getLogger().handlers:
                     handler.addFilter(_WorkerField(index))
                 server.run(sockets=[sock])
@@ -135,6 +140,7 @@ def run(server: WebhookServer, settings: Settings) -> int:
             if pid not in children:
                 continue
             index = children.pop(pid)
+            _forget_metrics_of(pid)
             code = os.waitstatus_to_exitcode(status)
             if stopping:
                 failed = failed or code != 0
@@ -166,6 +172,31 @@ class _WorkerField(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.worker = self.index
         return True
+
+
+def shared_metrics_dir() -> str | None:
+    """Point prometheus_client at a fresh directory for the workers' metric files, before it is imported.
+
+    The directory made here is returned (the caller removes it at exit); None when the environment
+    already names one, or when prometheus_client was imported too early to switch (a scrape then
+    reports the worker that answers it, which is logged).
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    if "prometheus_client" in sys.modules:
+        log.warning("metrics are per worker: prometheus_client was imported before the workers were set up")
+        return None
+    path = tempfile.mkdtemp(prefix="trainguard-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path
+
+
+def _forget_metrics_of(pid: int) -> None:
+    """A worker's gauges leave with it (its counters stay in the sums)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 def _signal(pid: int, sig: int) -> None:

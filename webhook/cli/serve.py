@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 
 from webhook.cli._common import add_policy_args
 from webhook.logs import LEVELS
@@ -137,8 +138,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: `trainguard check --help` should not pay for uvicorn and the server.
+    from webhook.workers import default_workers, shared_metrics_dir
+
+    workers = args.workers or default_workers()
+    # Before webhook.server imports prometheus_client: with several workers, /metrics sums them all.
+    metrics_dir = shared_metrics_dir() if workers > 1 else None
+
     from webhook.server import ServerError, Settings, serve
-    from webhook.workers import default_workers
 
     missing = [
         flag for flag, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)) if not value
@@ -169,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         shutdown_delay=args.shutdown_delay,
         graceful_timeout=args.graceful_timeout,
         log_level=args.log_level,
-        workers=args.workers or default_workers(),
+        workers=workers,
         max_in_flight=args.max_in_flight,
         max_queued=16 * args.max_in_flight,
         request_budget=args.request_budget,
@@ -177,7 +183,12 @@ def run(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         **limits,
     )
-    return serve(settings)
+    try:
+        return serve(settings)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
 
 def _number(text: str, kind: type[int] | type[float]) -> int | float:
