@@ -15,7 +15,8 @@ BACKENDS = ["cel-expr-python", "cel-python"]
 SHIPPED = {
     "gang-required", "min-available", "torchrun-consistency", "checkpoint-required", "pool-separation",
     "topology-slo", "recovery-policy", "queue-immutable", "mutate-queue", "mutate-priority",
-    "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env",
+    "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env", "trainjob-runtime",
+    "launch-limits", "launch-consistency",
 }  # fmt: skip
 
 
@@ -25,8 +26,9 @@ def test_shipped_policies_compile_on_both_backends(backend: str) -> None:
     assert set(policy_set.names()) == SHIPPED
     assert policy_set.backend.name == backend
     modes = {p.name: p.policy.mode for p in policy_set.policies}
-    assert modes["recovery-policy"] == "Warn"
-    assert all(mode == "Enforce" for name, mode in modes.items() if name != "recovery-policy")
+    warn = {"recovery-policy", "trainjob-runtime", "launch-consistency", "launch-limits"}
+    assert {name for name, mode in modes.items() if mode == "Warn"} == warn
+    assert all(mode == "Enforce" for name, mode in modes.items() if name not in warn)
 
 
 def _policy(spec: str, name: str = "p") -> str:

@@ -20,7 +20,7 @@ from webhook.workloads.common import (
     type_name,
 )
 from webhook.workloads.model import Container, PodGroup
-from webhook.workloads.torchrun import parse_container
+from webhook.workloads.torchrun import WorkloadBudget, parse_container
 
 ACCELERATORS: frozenset[str] = frozenset(
     (
@@ -120,7 +120,9 @@ def read_template(
         base = f"{pointer}/spec/containers/" if patchable else None
         out = []
         for i, c in enumerate(raw):
-            container = _container(c, f"{base}{i}" if base else "", source, where, i, trainer)
+            container = _container(
+                c, f"{base}{i}" if base else "", source, where, i, trainer, d.launch_budget
+            )
             gpus += container.gpus
             out.append(container)
         containers = tuple(out)
@@ -134,8 +136,8 @@ def read_template(
     if affinity:
         if type(affinity) is not dict:
             _not_a(affinity, "a mapping", source, where + "/spec/affinity")
-        terms = _required_node_terms(affinity)
-        topology_keys = _pod_affinity(d, affinity, name)
+        terms = required_node_terms(affinity)
+        topology_keys = pod_affinity(d, affinity, name)
 
     tolerations = get("tolerations")
     if tolerations and type(tolerations) is not list:
@@ -160,6 +162,7 @@ def read_template(
         pod_affinity_topology_keys=topology_keys,
         restart_policy=restart_policy or _opt_text(get("restartPolicy")),
         patchable=patchable,
+        source_field=_field(source, source_pointer) if source and source_pointer else "",
     )
     d.groups.append(group)
     d.sources.append((source, where))
@@ -200,7 +203,13 @@ def _str_map(value: Any, source: str | None, where: str, suffix: str) -> dict[st
 
 
 def _container(
-    c: Any, pointer: str, source: str | None, where: str, index: int, trainer: dict[str, Any] | None
+    c: Any,
+    pointer: str,
+    source: str | None,
+    where: str,
+    index: int,
+    trainer: dict[str, Any] | None,
+    budget: WorkloadBudget,
 ) -> Container:
     loc = f"{where}/spec/containers/{index}"  # the container in its source object
     if type(c) is not dict:
@@ -244,7 +253,7 @@ def _container(
         command=cmd,
         args=arg,
         env=env,
-        torchrun=parse_container(cmd, arg, env),
+        torchrun=parse_container(cmd, arg, env, container_index=index, budget=budget),
     )
 
 
@@ -359,7 +368,7 @@ def _grace(value: Any, source: str | None, where: str) -> int | None:
     )
 
 
-def _required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], ...]:
+def required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], ...]:
     na = affinity.get("nodeAffinity")
     if not isinstance(na, dict):
         return ()
@@ -376,7 +385,7 @@ def _required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any]
     )
 
 
-def _pod_affinity(d: Draft, affinity: dict[str, Any], group: str) -> tuple[str, ...]:
+def pod_affinity(d: Draft, affinity: dict[str, Any], group: str) -> tuple[str, ...]:
     """Topology keys of pod (anti-)affinity terms; pod affinity also constrains placement."""
     keys: list[str] = []
     for kind, together in (("podAffinity", True), ("podAntiAffinity", False)):
