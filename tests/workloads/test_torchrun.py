@@ -728,8 +728,7 @@ def test_launch_argv_is_what_torch_receives() -> None:
 
 # --- corpus sweep ------------------------------------------------------------------------------
 
-_SHARED = shared_dir()
-CORPUS = _SHARED / "corpus" if _SHARED is not None else Path("/nonexistent")
+CORPUS = (shared_dir() or Path("/nonexistent")) / "corpus"
 
 
 def _containers(node: Any) -> list[dict[str, Any]]:

@@ -15,6 +15,9 @@ from typing import Any
 
 from webhook.config import PlatformConfig, parse_duration
 from webhook.errors import InputError
+from webhook.fieldreader import type_name as type_name
+from webhook.fields import at as at
+from webhook.fields import escape as escape
 from webhook.fields import pointer_to_path
 from webhook.kinds import KindInfo, Role
 from webhook.workloads.model import (
@@ -72,13 +75,6 @@ class AdaptContext:
 
 # --------------------------------------------------------------------------------------------
 # Field paths
-
-
-def escape(token: str) -> str:
-    """One JSON-pointer reference token (RFC 6901)."""
-    if "~" in token or "/" in token:
-        return token.replace("~", "~0").replace("/", "~1")
-    return token
 
 
 def join(path: str, suffix: str) -> str:
@@ -156,33 +152,6 @@ def str_map(value: Any, where: str) -> dict[str, str]:
         if not isinstance(v, str):
             out[k] = text(v) or ""
     return out
-
-
-def type_name(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return type(value).__name__
-
-
-def at(obj: Any, pointer: str) -> Any:
-    """The value at a JSON pointer, or None when any step is missing."""
-    cur = obj
-    for token in pointer.split("/")[1:]:
-        if isinstance(cur, dict):
-            cur = cur.get(token)
-        elif isinstance(cur, list) and token.isdigit() and int(token) < len(cur):
-            cur = cur[int(token)]
-        else:
-            return None
-    return cur
 
 
 def job_pods(job_spec: dict[str, Any], where: str) -> int:
