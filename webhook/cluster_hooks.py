@@ -23,7 +23,8 @@ def cluster_hooks(
     """Start/stop callbacks for the cluster caches and self-registration (threads, not the loop).
 
     Every worker process keeps its own caches (each decides with them); only the worker started
-    with `register` writes the webhook configurations, so workers do not race to apply them.
+    with `register` writes the webhook configurations and runs the auditor (--audit), so workers
+    do not race to apply them or scan the cluster once each.
     """
     from webhook import cluster  # the kubernetes client is imported only with cluster access
 
@@ -53,6 +54,18 @@ def cluster_hooks(
             reloader.on_ca_change = registrar.update
             reloader.on_config_change = registrar.refresh
             running.append(registrar)
+        if settings.audit and register:  # one auditor per pod; the Lease picks one across pods
+            from webhook.audit.cluster_serve import AuditService
+
+            audit = AuditService(
+                api,
+                engine=lambda: reloader.state.engine,
+                lease_namespace=settings.webhook_namespace,
+                report_format=settings.report_format,
+                metrics=reloader.state.metrics,
+            )
+            audit.start()
+            running.append(audit)
 
     def stopping() -> None:
         for component in running:

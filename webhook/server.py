@@ -247,6 +247,8 @@ def _check(settings: Settings) -> None:
         raise ServerError(f"--ca-bundle {settings.ca_bundle}: no such file")
     if settings.self_register and not settings.cluster:
         raise ServerError("--self-register needs cluster access (--kubeconfig or --in-cluster)")
+    if settings.audit and not settings.cluster:
+        raise ServerError("--audit needs cluster access (--kubeconfig or --in-cluster)")
     if settings.self_register and settings.ca_bundle is None:
         raise ServerError("--self-register needs --ca-bundle (the CA the API server must trust)")
     if settings.reload_interval <= 0:

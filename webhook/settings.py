@@ -42,6 +42,8 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     metrics_sample_every: int = 16
     log_level: str = "info"
+    audit: bool = False  # keep policy reports of the cluster's workloads (leader-elected writer)
+    report_format: str = "wgpolicy"  # wgpolicy | openreports | both
     # Isolation and limits (DESIGN §6): per worker process.
     workers: int = 1
     max_in_flight: int = 8  # admissions read and decided at once; more wait in a short queue

@@ -65,6 +65,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="URL",
         help="register this URL instead of the Service (webhook outside the cluster)",
     )
+    cluster.add_argument(
+        "--audit",
+        action="store_true",
+        help="keep policy reports of the workloads in the cluster (one replica writes, elected "
+        "through the Lease trainguard-audit in --webhook-namespace)",
+    )
+    cluster.add_argument(
+        "--report-format",
+        choices=("wgpolicy", "openreports", "both"),
+        default="wgpolicy",
+        help="with --audit: wgpolicyk8s.io/v1alpha2 PolicyReports (default), openreports.io/v1alpha1 "
+        "Reports, or both",
+    )
     p.add_argument(
         "--reload-interval",
         type=_positive_float,
@@ -181,6 +194,8 @@ def run(args: argparse.Namespace) -> int:
         request_budget=args.request_budget,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
+        audit=args.audit,
+        report_format=args.report_format,
         **limits,
     )
     try:
