@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from webhook.config import PlatformConfig, config_from_mapping, load_config
-from webhook.context import context_objects
+from webhook.context import context_objects, evictions
 from webhook.documents import load_yaml_documents, read_manifests
 from webhook.engine import (
     AdmissionInput,
@@ -422,6 +422,7 @@ class Runner:
                 runtimes=runtimes,
                 priority_classes=priority_classes,
                 exceptions=test.exceptions,
+                cluster={"evictions": evictions(r.obj for r in test.resources)},
             )
         return self._engines[test.path]
 

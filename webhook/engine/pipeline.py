@@ -48,6 +48,7 @@ class Engine:
         priority_classes: Mapping[str, int] | None = None,
         runtimes: Mapping[tuple[str | None, str], dict[str, Any]] | None = None,
         exceptions: Sequence[Exemption] = (),
+        cluster: Mapping[str, Any] | None = None,
     ) -> None:
         self.policies = policies
         self.config = config
@@ -55,6 +56,9 @@ class Engine:
         # What `cluster.priorityClasses` shows policies: the config's fallback values, overridden
         # by what the cluster says. Fixed for the engine's life, so built once, not per request.
         self.priority_values = {**(config.raw["tiers"].get("values") or {}), **self.priority_classes}
+        # The `cluster` variable: other cluster facts (e.g. `evictions`, what the resume gate
+        # reads) beside the priority values; always present so policies need no has() guards.
+        self.cluster = {"evictions": {}, **(cluster or {}), "priorityClasses": self.priority_values}
         self.runtimes = dict(runtimes or {})
         self.exceptions = tuple(exceptions)
         evaluate.prepare(policies.policies, policies.backend)  # compiled now, not on a first request
@@ -99,7 +103,7 @@ class Engine:
                 "dryRun": inp.dry_run,
             },
             "params": self.config.params(),
-            "cluster": {"priorityClasses": self.priority_values},
+            "cluster": self.cluster,
             "variables": {},
         }
         evaluated: list[tuple[Policy, PolicyResult]] = []
