@@ -64,10 +64,10 @@ def eviction_entries(obj: Any) -> list[tuple[str, dict[str, Any]]]:
     """
     if not isinstance(obj, dict):
         return []
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = _map(obj.get("metadata"))
     name, namespace = meta.get("name"), meta.get("namespace")
     kind, api_version = str(obj.get("kind") or ""), str(obj.get("apiVersion") or "")
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    status = _map(obj.get("status"))
     if not isinstance(name, str):
         return []
     if kind == "Workload" and api_version.startswith(KUEUE_GROUP):
@@ -99,6 +99,10 @@ def evictions(objects: Iterable[Any]) -> Evictions:
     return out
 
 
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def _conditions(status: dict[str, Any]) -> list[dict[str, Any]]:
     conditions = status.get("conditions")
     return [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
@@ -108,9 +112,9 @@ def _kueue_record(obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]
     evicted = [
         c for c in _conditions(status) if c.get("type") in EVICTION_CONDITIONS and c.get("status") == "True"
     ]
-    requeue = status.get("requeueState") if isinstance(status.get("requeueState"), dict) else {}
-    requeued = requeue.get("count") if isinstance(requeue.get("count"), int) else 0
-    stats = status.get("schedulingStats") if isinstance(status.get("schedulingStats"), dict) else {}
+    count = _map(status.get("requeueState")).get("count")
+    requeued = count if isinstance(count, int) else 0
+    stats = _map(status.get("schedulingStats"))
     counted = sum(
         e["count"]
         for e in stats.get("evictions") or ()
@@ -125,7 +129,7 @@ def _kueue_record(obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]
         evidence = f"status.requeueState.count = {requeued}"
     else:
         evidence = f"status.schedulingStats.evictions count {counted}"
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    spec = _map(obj.get("spec"))
     return {
         "count": max(requeued, counted, 1),
         "lastEvictedAt": str(latest.get("lastTransitionTime"))
