@@ -21,6 +21,7 @@ from typing import Any, Literal
 from webhook import fields
 from webhook.config import PlatformConfig
 from webhook.engine import PolicyResult
+from webhook.reviewgate import advice
 from webhook.workloads.model import PodGroup, TopologyConstraint, Workload
 
 Verdict = Literal["ok", "needs attention", "not applicable"]
@@ -40,7 +41,7 @@ RELATED_POLICIES: dict[str, tuple[str, ...]] = {
     "gang": ("gang-required", "min-available"),
     "topology": ("topology-slo",),
     "preemption": ("checkpoint-required",),
-    "recovery": ("recovery-policy",),
+    "recovery": ("recovery-policy", "resume-settings", "checkpoint-interval-advice"),
     "pool": ("pool-separation",),
 }
 
@@ -644,6 +645,9 @@ def recovery(f: Facts) -> Answer:
         else "no cooldown declared"
     )
     summary = f"{bound[0].upper()}{bound[1:]}; {resume}; {cool}."
+    platform = advice.recovery_advice(f.config, w, dict(f.priority_values))
+    summary += f" {platform.summary}" if platform.summary else ""
+    evidence.extend(Evidence(field, value) for field, value in platform.evidence)
     applies = w.role == "training" and (w.tier == "preemptible" or w.klass == "C")
     if not applies:
         why = "inference" if w.role == "inference" else f"{w.tier} class {w.klass}"
