@@ -546,6 +546,11 @@ def _check(settings: Settings) -> None:
         raise ServerError(f"--max-body-bytes must be positive, got {settings.max_body_bytes}")
 
 
+def _governs_recovery(config: PlatformConfig | None) -> bool:
+    """The resume controller runs only where the config governs a tier (deploy/rbac-resume.yaml)."""
+    return config is not None and any(config.recovery(t) for t in ("guaranteed", "preemptible"))
+
+
 def _cluster_hooks(
     settings: Settings, reloader: Reloader
 ) -> tuple[Callable[[asyncio.AbstractEventLoop], None], Callable[[], None]]:
