@@ -7,15 +7,16 @@ One pool of GPUs runs guaranteed jobs (never preempted; they arrive in bursts) a
 preemptible training jobs that fill what is left. A guaranteed job that does not fit preempts
 preemptible ones. A preemption costs what the design names: the restart (pods start, the job loads
 its checkpoint), the rollback (training since the last checkpoint is lost), and the thrash (a job
-that comes back into a gap only to be preempted again pays both again). Four runs per seed, the
+that comes back into a gap only to be preempted again pays both again). Six runs per seed, the
 same arrivals in each:
 
     no gate      a preempted job is requeued at once, at its old place and priority (Kueue's default
                  BestEffortFIFO: it keeps its creation time, so it goes first)
     gate         trainguard's resume gate: it waits `--cooldown` after its preemption, at most
                  `--max-resuming` resumed jobs restart at once (until `--settle` after they train
-                 again), a job is never gated longer than `--max-gated`, and resumed jobs carry the
-                 resume priority (fresh preemptible jobs are preempted before them)
+                 again), and a job is never gated longer than `--max-gated`; jobs keep their priority
+    gate + resume priority   the same, and resumed jobs get a resume priority class above every
+                 preemptible class (recovery.tiers.preemptible.resumePriorityClass)
   × declared     each job checkpoints at the interval its owner wrote (drawn from 10m, 30m, 1h, 2h)
     suggested    at the Young/Daly interval √(2C/λ) for its save time C, with λ the preemption rate
                  per job-hour measured in the seed's "no gate, declared" run (what a platform would
@@ -29,8 +30,11 @@ Assumptions (the model's, stated so they can be argued with):
 - Saving a checkpoint of save time C stops training for C seconds (no asynchronous checkpointing);
   a preemption during a save loses that save. A preempted job loses everything since its last
   completed save; a job preempted before its first save since a restart loses all that training.
-- Preemption victims: lowest priority first, then the most recently started (least sunk cost).
-  Gated resumed jobs hold no GPUs. Fresh (first-start) jobs are never gated.
+- Preemptible jobs carry one of three priority classes (drawn at random). As with Kueue's
+  `withinClusterQueue: LowerPriority`, a waiting preemptible job that does not fit preempts running
+  preemptible jobs of strictly lower priority; a guaranteed job preempts any. Victims: lowest
+  priority first, then the most recently started. This is where "each restart preempts another"
+  comes from. Gated resumed jobs hold no GPUs and preempt nobody. Fresh jobs are never gated.
 - Guaranteed jobs: bursts arrive as a Poisson process (mean `--burst-every` hours); a burst brings
   1-4 jobs a few minutes apart (exponential, mean 8 min), of 8, 16 or 32 GPUs, running 20 min to
   3 h. Preemptible jobs: 8 or 16 GPUs, 6-30 h of training each, save time drawn from 30, 60, 120
@@ -50,6 +54,8 @@ import time
 from dataclasses import dataclass, field
 
 HOUR = 3600.0
+RESUME_BOOST = 10
+THRASH_WINDOW = 1800.0  # a resumed job preempted again this soon after its restart has thrashed
 
 
 @dataclass
@@ -83,6 +89,7 @@ class PJob:
     save: float  # C
     declared: float  # declared checkpoint interval, seconds
     arrive: float
+    level: int = 0  # the priority class its owner chose (0, 1 or 2)
     interval: float = 0.0
     state: str = "queued"  # queued | gated | restarting | running | done
     progress: float = 0.0
@@ -106,6 +113,7 @@ class Totals:
     idle: float = 0.0
     guaranteed: float = 0.0
     preemptions: int = 0
+    thrash: int = 0  # preemptions of a resumed job within 30 min of its restart
     job_hours: float = 0.0  # preemptible job-hours on GPUs (for the measured λ)
     finished: int = 0
     gated_hours: float = 0.0  # job-hours spent behind the gate
@@ -120,6 +128,7 @@ class Totals:
             "saving": self.saving / h,
             "idle": self.idle / h,
             "preemptions": float(self.preemptions),
+            "thrash": float(self.thrash),
             "finished": float(self.finished),
             "gated": self.gated_hours,
             "g_wait": self.guaranteed_wait,
@@ -154,6 +163,7 @@ def make_trace(p: Params, seed: int) -> Trace:
             rng.choice((30.0, 60.0, 120.0, 300.0)),
             rng.choice((600.0, 1800.0, 3600.0, 7200.0)),
             0.0,
+            rng.choice((0, 1, 2)),
         )
         for i in range(p.backlog * 20)
     ]
@@ -164,7 +174,9 @@ def young_daly(save: float, per_hour: float) -> float:
     return math.sqrt(2 * save / (per_hour / HOUR))
 
 
-def simulate(p: Params, trace: Trace, *, gate: bool, suggested_rate: float | None) -> Totals:
+def simulate(
+    p: Params, trace: Trace, *, gate: bool, suggested_rate: float | None, resume_priority: bool = False
+) -> Totals:
     """One run. `suggested_rate`: λ per job-hour for the Young/Daly interval; None: declared intervals."""
     tot = Totals()
     dt = p.step
@@ -191,7 +203,7 @@ def simulate(p: Params, trace: Trace, *, gate: bool, suggested_rate: float | Non
             g = g_queue[0]
             free = p.pool - used
             if free < g.gpus:
-                victims = sorted(on_gpus, key=lambda j: (j.resumed and gate, -j.started))
+                victims = sorted(on_gpus, key=lambda j: (priority(j, resume_priority), -j.started))
                 freed, chosen = free, []
                 for v in victims:
                     if freed >= g.gpus:
@@ -227,11 +239,31 @@ def simulate(p: Params, trace: Trace, *, gate: bool, suggested_rate: float | Non
                 waited = t - j.evicted_at
                 if waited < p.max_gated and (waited < p.cooldown or resuming >= p.max_resuming):
                     continue
-            if p.pool - used >= j.gpus:
-                if j.state == "gated":
-                    resuming += 1
-                start(j, t, p)
-                used += j.gpus
+            if p.pool - used < j.gpus:
+                # Kueue's withinClusterQueue: LowerPriority: a waiting job may preempt running
+                # preemptible jobs of lower priority (lowest first, then the latest started).
+                mine = priority(j, resume_priority)
+                lower = sorted(
+                    (v for v in on_gpus if priority(v, resume_priority) < mine),
+                    key=lambda v: (priority(v, resume_priority), -v.started),
+                )
+                freed, chosen = p.pool - used, []
+                for v in lower:
+                    if freed >= j.gpus:
+                        break
+                    chosen.append(v)
+                    freed += v.gpus
+                if freed < j.gpus:
+                    continue
+                for v in chosen:
+                    preempt(v, t, gate, tot)
+                    on_gpus.remove(v)
+                    used -= v.gpus
+            if j.state == "gated":
+                resuming += 1
+            start(j, t, p)
+            on_gpus.append(j)
+            used += j.gpus
 
         # Everyone advances one step.
         loading = sum(1 for j in active if j.state == "restarting" and j.fixed_left <= 0)
@@ -251,6 +283,11 @@ def simulate(p: Params, trace: Trace, *, gate: bool, suggested_rate: float | Non
     return tot
 
 
+def priority(j: PJob, resume_priority: bool) -> int:
+    """Its class's level; with a resume priority class, a resumed job is above every fresh one."""
+    return j.level + (RESUME_BOOST if resume_priority and j.resumed else 0)
+
+
 def start(j: PJob, t: float, p: Params) -> None:
     j.state = "restarting"
     j.started = t
@@ -261,6 +298,8 @@ def start(j: PJob, t: float, p: Params) -> None:
 
 def preempt(j: PJob, t: float, gate: bool, tot: Totals) -> None:
     tot.preemptions += 1
+    if j.resumed and t - j.started < THRASH_WINDOW:
+        tot.thrash += 1
     tot.rollback += (j.progress - j.checkpointed) * j.gpus
     j.progress = j.checkpointed
     j.since_save = 0.0
@@ -315,6 +354,12 @@ def run(p: Params, seeds: list[int]) -> dict[str, list[dict[str, float]]]:
             "no gate, suggested": simulate(p, trace, gate=False, suggested_rate=rate),
             "gate, declared": simulate(p, trace, gate=True, suggested_rate=None),
             "gate, suggested": simulate(p, trace, gate=True, suggested_rate=rate),
+            "gate + resume priority, declared": simulate(
+                p, trace, gate=True, suggested_rate=None, resume_priority=True
+            ),
+            "gate + resume priority, suggested": simulate(
+                p, trace, gate=True, suggested_rate=rate, resume_priority=True
+            ),
         }
         for name, tot in runs.items():
             row = tot.row()
@@ -330,6 +375,7 @@ COLUMNS = (
     ("saving", "saving GPU-h"),
     ("idle", "idle GPU-h"),
     ("preemptions", "preemptions"),
+    ("thrash", "re-preempted < 30 min"),
     ("finished", "jobs finished"),
     ("gated", "job-h gated"),
 )
