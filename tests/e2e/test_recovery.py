@@ -43,7 +43,7 @@ from .webhook_server import (
 
 GATE = "trainguard.dev/resume"
 QUEUE = "resume-lq"
-COOLDOWN = 4.0
+COOLDOWN = 10.0
 SETTLE = 2.0
 MAX_GATED = 25.0
 PRIORITY_CLASSES = {"resume-e2e-high": 100000, "resume-e2e-resume": 5000}
@@ -171,7 +171,7 @@ def now_stamp() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def evicted_workload(setup: Setup, ns: str, name: str, count: int) -> None:
+def evicted_workload(setup: Setup, ns: str, name: str, count: int, at: str | None = None) -> None:
     """A Kueue Workload for a pod group, then an Evicted condition through the status subresource."""
     workload = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -197,7 +197,7 @@ def evicted_workload(setup: Setup, ns: str, name: str, count: int) -> None:
                     "status": "True",
                     "reason": "Preempted",
                     "message": "Preempted to accommodate a workload due to prioritization in the ClusterQueue",
-                    "lastTransitionTime": now_stamp(),
+                    "lastTransitionTime": at or now_stamp(),
                     "observedGeneration": 1,
                 }
             ],
@@ -308,15 +308,19 @@ def wait_for_gating(setup: Setup, ns: str, group: str) -> None:
 
 
 def test_gated_resumed_in_priority_order_one_per_queue_first_starts_untouched(setup: Setup, ns: str) -> None:
-    evicted_workload(setup, ns, "spot", 2)
-    evicted_workload(setup, ns, "high", 2)
-    wait_for_gating(setup, ns, "spot")
-    wait_for_gating(setup, ns, "high")
+    # Evicted at the same second, and named so that the name order (the last tie-breaker) would
+    # put the preemptible one first: only the priority puts b-high first.
+    at = now_stamp()
+    evicted_workload(setup, ns, "a-spot", 2, at)
+    evicted_workload(setup, ns, "b-high", 2, at)
+    wait_for_gating(setup, ns, "a-spot")
+    wait_for_gating(setup, ns, "b-high")
 
-    spot = [create(setup, group_pod(ns, f"spot-{i}", "spot", 2, tier="preemptible")) for i in range(2)]
+    spot = [create(setup, group_pod(ns, f"spot-{i}", "a-spot", 2, tier="preemptible")) for i in range(2)]
     high = [
         create(
-            setup, group_pod(ns, f"high-{i}", "high", 2, tier="guaranteed", priority_class="resume-e2e-high")
+            setup,
+            group_pod(ns, f"high-{i}", "b-high", 2, tier="guaranteed", priority_class="resume-e2e-high"),
         )
         for i in range(2)
     ]
@@ -356,7 +360,7 @@ def test_gated_resumed_in_priority_order_one_per_queue_first_starts_untouched(se
     until(
         lambda: any(
             e["reason"] == "ResumeWaiting"
-            and e["involvedObject"]["name"] == "spot"
+            and e["involvedObject"]["name"] == "a-spot"
             and f"queue {ns}/{QUEUE} has 1 of 1" in e["message"]
             for e in events(setup, ns)
         ),
@@ -374,7 +378,7 @@ def test_gated_resumed_in_priority_order_one_per_queue_first_starts_untouched(se
         setup,
     )
     released = {e["involvedObject"]["name"] for e in events(setup, ns) if e["reason"] == "ResumeReleased"}
-    assert released == {"spot", "high"}
+    assert released == {"a-spot", "b-high"}
     assert not gated(pods(setup, ns)["fresh-0"])
 
 
