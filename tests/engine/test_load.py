@@ -61,6 +61,11 @@ BROKEN = [
         id="bad-class",
     ),
     pytest.param(
+        _policy("  match:\n    kueueManagedPods: Only\n" + VALID_SPEC),
+        "spec.match.kueueManagedPods: must be one of Exclude, Include",
+        id="bad-kueue-managed-pods",
+    ),
+    pytest.param(
         _policy("  validations:\n    - expression: 'true'\n"),
         "spec.validations[0]: message or messageExpression is required",
         id="no-message",

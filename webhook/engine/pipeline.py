@@ -160,7 +160,7 @@ class Engine:
         reason = match.skip_reason(cp.policy.match, workload, operation, namespace)
         if reason is not None:
             return PolicyResult(cp.name, "skip", (reason,))
-        if patcher is not None and workload.kueue_managed:
+        if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
             # Kueue's pod webhook rejects label changes on the pods it manages.
             return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
         for exception in self.exceptions:
