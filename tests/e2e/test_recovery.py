@@ -411,6 +411,13 @@ def test_the_standby_replica_takes_over(setup: Setup, ns: str) -> None:
 
     evicted_workload(setup, ns, "after", 1)
     wait_for_gating(setup, ns, "after")
-    assert gated(create(setup, group_pod(ns, "after-0", "after", 1, tier="preemptible")))
+    # As Kueue's pod webhook leaves it when it runs first: managed, behind Kueue's own gate.
+    manifest = group_pod(ns, "after-0", "after", 1, tier="preemptible")
+    manifest["metadata"]["labels"]["kueue.x-k8s.io/managed"] = "true"
+    manifest["spec"]["schedulingGates"] = [{"name": "kueue.x-k8s.io/admission"}]
+    created = create(setup, manifest)
+    assert [g["name"] for g in created["spec"]["schedulingGates"]] == ["kueue.x-k8s.io/admission", GATE]
     until(lambda: not gated(pods(setup, ns)["after-0"]), COOLDOWN + 15, "released by the new leader", setup)
+    # Only trainguard's gate is lifted: Kueue's stays for Kueue to lift.
+    assert pods(setup, ns)["after-0"]["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
     assert "could not lift" not in survivor.log.read_text()
