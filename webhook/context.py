@@ -88,6 +88,8 @@ def eviction_entries(obj: Any) -> list[tuple[str, dict[str, Any]]]:
             return []
         keys = [eviction_key(namespace, kind, name)]
     record["object"] = {"apiVersion": api_version, "kind": kind, "name": name, "namespace": namespace}
+    if isinstance(meta.get("uid"), str):  # events name it, so `kubectl describe` shows them
+        record["object"]["uid"] = meta["uid"]
     return [(key, record) for key in keys]
 
 

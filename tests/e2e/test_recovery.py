@@ -377,8 +377,19 @@ def test_gated_resumed_in_priority_order_one_per_queue_first_starts_untouched(se
         "spot released",
         setup,
     )
-    released = {e["involvedObject"]["name"] for e in events(setup, ns) if e["reason"] == "ResumeReleased"}
-    assert released == {"a-spot", "b-high"}
+    # On the Kueue Workloads themselves (uid included, so `kubectl describe workload` lists them).
+    uids = {
+        name: json.loads(
+            setup.kubectl("get", "workloads.kueue.x-k8s.io", name, "-n", ns, "-o", "json").stdout
+        )["metadata"]["uid"]
+        for name in ("a-spot", "b-high")
+    }
+    released = {
+        (e["involvedObject"]["kind"], e["involvedObject"]["name"], e["involvedObject"].get("uid"))
+        for e in events(setup, ns)
+        if e["reason"] == "ResumeReleased"
+    }
+    assert released == {("Workload", name, uid) for name, uid in uids.items()}
     assert not gated(pods(setup, ns)["fresh-0"])
 
 

@@ -83,6 +83,7 @@ class ResumeController:
         api: client.ApiClient,
         *,
         pods: Callable[[], list[dict[str, Any]] | None],  # None until the pod cache has synced
+        records: Callable[[], Evictions] = dict,  # eviction records: the object an event goes on
         config: Callable[[], PlatformConfig | None],
         lease_namespace: str,
         identity: str | None = None,
@@ -93,6 +94,7 @@ class ResumeController:
     ) -> None:
         self.core = client.CoreV1Api(api)
         self.pods = pods
+        self.records = records
         self.config = config
         self.interval = interval
         self.identity = identity or default_identity()
@@ -210,12 +212,14 @@ class ResumeController:
             )
 
     def _event(self, w: ResumeWorkload, reason: str, message: str, kind: str, now: datetime) -> None:
-        namespace, obj_kind, name = (w.key.split("/", 2) + ["", ""])[:3]
-        involved: dict[str, Any] = {"kind": obj_kind, "name": name, "namespace": namespace or w.namespace}
-        if obj_kind == "Workload":
-            involved["apiVersion"] = "kueue.x-k8s.io/v1beta2"
+        record = self.records().get(w.key) or {}
+        involved = {k: v for k, v in (record.get("object") or {}).items() if v}
+        if not involved:  # the record is gone: name the object as the pods' annotation does
+            namespace, obj_kind, obj_name = (w.key.split("/", 2) + ["", ""])[:3]
+            involved = {"kind": obj_kind, "name": obj_name, "namespace": namespace or w.namespace}
+        name = str(involved.get("name") or "workload")
         body = {
-            "metadata": {"generateName": f"{name[:40] or 'workload'}.resume-", "namespace": w.namespace},
+            "metadata": {"generateName": f"{name[:40]}.resume-", "namespace": w.namespace},
             "involvedObject": involved,
             "reason": reason,
             "message": message if not w.evidence else f"{message} (evicted before: {w.evidence})",
@@ -251,7 +255,12 @@ class RecoveryService:
     ) -> None:
         self.state = RecoveryState(api, on_evictions)
         self.controller = ResumeController(
-            api, pods=self._pods, config=config, lease_namespace=lease_namespace, identity=identity
+            api,
+            pods=self._pods,
+            records=lambda: self.state.evictions,
+            config=config,
+            lease_namespace=lease_namespace,
+            identity=identity,
         )
 
     def _pods(self) -> list[dict[str, Any]] | None:
