@@ -1,6 +1,6 @@
 """What the resume gate and the checkpoint advice buy: a seeded model of one shared GPU pool.
 
-    python tests/bench/sim_recovery.py                 # 5 seeds, 14 simulated days each, ~1 min
+    python tests/bench/sim_recovery.py                 # 5 seeds, 14 simulated days each, ~90 s
     python tests/bench/sim_recovery.py --seeds 1 --days 3
 
 One pool of GPUs runs guaranteed jobs (never preempted; they arrive in bursts) and a backlog of
