@@ -12,11 +12,13 @@ from time import perf_counter
 from typing import Any, Protocol
 
 from webhook.config import PlatformConfig
+from webhook.context import eviction_key
 from webhook.engine import decide, evaluate, match
 from webhook.engine.compile import PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
 from webhook.workloads import AdaptContext, build_workload
+from webhook.workloads.common import POD_GROUP_NAME
 from webhook.workloads.model import Workload
 
 
@@ -56,9 +58,12 @@ class Engine:
         # What `cluster.priorityClasses` shows policies: the config's fallback values, overridden
         # by what the cluster says. Fixed for the engine's life, so built once, not per request.
         self.priority_values = {**(config.raw["tiers"].get("values") or {}), **self.priority_classes}
-        # The `cluster` variable: other cluster facts (e.g. `evictions`, what the resume gate
-        # reads) beside the priority values; always present so policies need no has() guards.
-        self.cluster = {"evictions": {}, **(cluster or {}), "priorityClasses": self.priority_values}
+        # The `cluster` variable: other cluster facts beside the priority values. `evictions` (what
+        # the resume gate reads) is always present, so policies need no has() guards, and is cut
+        # per request to the records of the workload at hand: converting every record of the
+        # cluster into CEL on every admission would cost milliseconds per thousand records.
+        self.cluster = {**(cluster or {}), "evictions": {}, "priorityClasses": self.priority_values}
+        self.evictions: Mapping[str, Any] = (cluster or {}).get("evictions") or {}
         self.runtimes = dict(runtimes or {})
         self.exceptions = tuple(exceptions)
         evaluate.prepare(policies.policies, policies.backend)  # compiled now, not on a first request
@@ -103,7 +108,7 @@ class Engine:
                 "dryRun": inp.dry_run,
             },
             "params": self.config.params(),
-            "cluster": self.cluster,
+            "cluster": self._cluster_for(workload, namespace),
             "variables": {},
         }
         evaluated: list[tuple[Policy, PolicyResult]] = []
@@ -134,6 +139,15 @@ class Engine:
 
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
         return decide.decide(decision, evaluated)
+
+    def _cluster_for(self, workload: Workload, namespace: str | None) -> dict[str, Any]:
+        """`cluster`, with `evictions` holding only the records under this workload's names."""
+        if not self.evictions:
+            return self.cluster
+        found = {
+            k: self.evictions[k] for k in eviction_candidates(workload, namespace) if k in self.evictions
+        }
+        return {**self.cluster, "evictions": found} if found else self.cluster
 
     def _timed(self, timings: dict[str, float]) -> Callable[..., PolicyResult]:
         """`_run`, recording each policy's perf_counter seconds (the webhook samples 1 in N requests)."""
@@ -175,3 +189,18 @@ class Engine:
         if patcher is not None:
             return evaluate.mutate(cp, bindings, patcher)
         return evaluate.validate(cp, bindings)
+
+
+def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:
+    """The names a workload's evictions may be recorded under (webhook.context.eviction_key): its
+    owner (the job Kueue made the Workload for), its Kueue pod group's Workload, the object itself.
+    The resume policies compute the same keys in CEL; this only decides which records they see."""
+    ns = workload.namespace or namespace
+    keys = []
+    if workload.owner is not None:
+        keys.append(eviction_key(ns, workload.owner.kind, workload.owner.name))
+    group = workload.annotations.get(POD_GROUP_NAME) or workload.labels.get(POD_GROUP_NAME)
+    if group:
+        keys.append(eviction_key(ns, "Workload", group))
+    keys.append(eviction_key(ns, workload.kind, workload.name))
+    return keys
