@@ -20,7 +20,6 @@ from webhook.cluster import (
     WatchCache,
     apply_event,
     cluster_scoped_key,
-    labels_value,
     name_key,
     namespaced_key,
     object_value,
@@ -89,12 +88,10 @@ def test_runtimes_are_keyed_as_the_engine_looks_them_up(key: Any, obj: dict[str,
     assert key(obj) == expected
 
 
-def test_cached_objects_drop_managed_fields_and_namespaces_keep_labels() -> None:
+def test_cached_objects_drop_managed_fields() -> None:
     runtime = {"kind": "TrainingRuntime", "metadata": {"name": "torch", "managedFields": [{"manager": "x"}]}}
     assert object_value(runtime) == {"kind": "TrainingRuntime", "metadata": {"name": "torch"}}
     assert runtime["metadata"]["managedFields"]  # the event's object is left alone
-    assert labels_value({"metadata": {"name": "ml", "labels": {"team": "llm"}}}) == {"team": "llm"}
-    assert labels_value({"metadata": {"name": "ml"}}) == {}
 
 
 def test_backoff_grows_and_stays_bounded() -> None:

@@ -27,15 +27,30 @@ POD_LABELS = {"app.kubernetes.io/name": "trainguard", "app.kubernetes.io/compone
 Obj = dict[str, Any]
 
 
-@pytest.fixture(scope="module")
-def rendered() -> list[Obj]:
+def kustomize(directory: Path) -> list[Obj]:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl (with its built-in kustomize) is needed to render deploy/"
     result = subprocess.run(
-        [kubectl, "kustomize", str(DEPLOY)], capture_output=True, text=True, timeout=120, check=False
+        [kubectl, "kustomize", str(directory)], capture_output=True, text=True, timeout=120, check=False
     )
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all(result.stdout) if d is not None]
+
+
+@pytest.fixture(scope="module")
+def rendered() -> list[Obj]:
+    return kustomize(DEPLOY)
+
+
+@pytest.fixture(scope="module")
+def rendered_without_self_registration(tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
+    """deploy/ as a hardened installation renders it: the self-register component left out."""
+    copy = tmp_path_factory.mktemp("deploy") / "deploy"
+    shutil.copytree(DEPLOY, copy)
+    kustomization = yaml.safe_load((copy / "kustomization.yaml").read_text())
+    assert kustomization.pop("components") == ["self-register"]
+    (copy / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return kustomize(copy)
 
 
 def one(objects: list[Obj], kind: str, name_prefix: str = "trainguard") -> Obj:
@@ -69,6 +84,8 @@ def test_renders_the_expected_objects(rendered: list[Obj]) -> None:
         [
             ("Namespace", ""),
             ("ServiceAccount", ""),
+            ("ClusterRole", ""),
+            ("ClusterRoleBinding", ""),
             ("ClusterRole", ""),
             ("ClusterRoleBinding", ""),
             ("ResourceQuota", ""),
@@ -209,54 +226,90 @@ def test_service_and_pdb_select_the_pods(rendered: list[Obj], container: Obj) ->
 
 # --- RBAC ----------------------------------------------------------------------------------------
 
+SELF_REGISTER = "trainguard-self-register"
+READ = ["get", "list", "watch"]
+
+
+def named(objects: list[Obj], kind: str, name: str) -> Obj:
+    (found,) = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    return found
+
 
 def rules_for(role: Obj, group: str, resource: str) -> list[Obj]:
     return [r for r in role["rules"] if group in r["apiGroups"] and resource in r["resources"]]
 
 
-@pytest.mark.parametrize(
-    ("group", "resource"),
-    [
-        pytest.param("scheduling.k8s.io", "priorityclasses", id="priorityclasses"),
-        pytest.param("", "namespaces", id="namespaces"),
-        pytest.param("trainer.kubeflow.org", "trainingruntimes", id="trainingruntimes"),
-        pytest.param("trainer.kubeflow.org", "clustertrainingruntimes", id="clustertrainingruntimes"),
-        pytest.param("kueue.x-k8s.io", "localqueues", id="localqueues"),
-        pytest.param("trainguard.dev", "policyexceptions", id="policyexceptions"),
-    ],
-)
-def test_caches_may_read(rendered: list[Obj], group: str, resource: str) -> None:
-    (rule,) = rules_for(one(rendered, "ClusterRole"), group, resource)
-    assert sorted(rule["verbs"]) == ["get", "list", "watch"]
-    assert "resourceNames" not in rule
+def grants(role: Obj) -> dict[tuple[str, str], list[str]]:
+    """(API group, resource) -> verbs, for the rules that name no resourceNames."""
+    return {
+        (group, resource): sorted(rule["verbs"])
+        for rule in role["rules"]
+        if "resourceNames" not in rule
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+def test_the_base_role_reads_what_the_caches_watch_and_nothing_else(rendered: list[Obj]) -> None:
+    from kubernetes import client
+
+    from webhook.cluster import ClusterCaches
+
+    watched = ClusterCaches(client.ApiClient(), on_change=lambda *_: None).caches
+    assert grants(named(rendered, "ClusterRole", "trainguard")) == {
+        ("scheduling.k8s.io", "priorityclasses"): READ,
+        ("trainer.kubeflow.org", "trainingruntimes"): READ,
+        ("trainer.kubeflow.org", "clustertrainingruntimes"): READ,
+        ("trainguard.dev", "policyexceptions"): READ,
+    }
+    # The code and the role agree: every watch has its grant, every grant its watch.
+    assert sorted(watched) == sorted(r for _, r in grants(named(rendered, "ClusterRole", "trainguard")))
 
 
 @pytest.mark.parametrize("resource", ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"])
 def test_self_registration_is_limited_to_own_configurations(rendered: list[Obj], resource: str) -> None:
-    rules = rules_for(one(rendered, "ClusterRole"), "admissionregistration.k8s.io", resource)
-    named = [r for r in rules if "resourceNames" in r]
+    role = named(rendered, "ClusterRole", SELF_REGISTER)
+    rules = rules_for(role, "admissionregistration.k8s.io", resource)
+    named_rules = [r for r in rules if "resourceNames" in r]
     unnamed = [r for r in rules if "resourceNames" not in r]
-    assert [(sorted(r["verbs"]), r["resourceNames"]) for r in named] == [
+    assert [(sorted(r["verbs"]), r["resourceNames"]) for r in named_rules] == [
         (["get", "patch", "update"], ["trainguard"])
     ]
     # create cannot carry resourceNames (the authorizer sees no name): the only unrestricted verb.
     assert [r["verbs"] for r in unnamed] == [["create"]]
+    assert {g for r in role["rules"] for g in r["apiGroups"]} == {"admissionregistration.k8s.io"}
     names = {o["metadata"]["name"] for o in rendered if o["kind"].endswith("WebhookConfiguration")}
     assert names == {"trainguard"}
 
 
 def test_no_write_access_beyond_webhook_configurations(rendered: list[Obj]) -> None:
-    for rule in one(rendered, "ClusterRole")["rules"]:
-        if set(rule["verbs"]) - {"get", "list", "watch"}:
-            assert rule["apiGroups"] == ["admissionregistration.k8s.io"], rule
+    for role in (o for o in rendered if o["kind"] == "ClusterRole"):
+        for rule in role["rules"]:
+            if set(rule["verbs"]) - set(READ):
+                assert rule["apiGroups"] == ["admissionregistration.k8s.io"], rule
+                assert role["metadata"]["name"] == SELF_REGISTER
 
 
-def test_binding_grants_the_role_to_the_service_account(rendered: list[Obj]) -> None:
-    binding = one(rendered, "ClusterRoleBinding")
+def test_without_self_registration_the_webhook_writes_nothing(
+    rendered_without_self_registration: list[Obj],
+) -> None:
+    objects = rendered_without_self_registration
+    roles = [o for o in objects if o["kind"] == "ClusterRole"]
+    assert [r["metadata"]["name"] for r in roles] == ["trainguard"]
+    assert all(set(rule["verbs"]) <= set(READ) for r in roles for rule in r["rules"])
+    assert [b["metadata"]["name"] for b in objects if b["kind"] == "ClusterRoleBinding"] == ["trainguard"]
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--self-register" not in container["args"] and "--ca-bundle" not in container["args"]
+    assert "--in-cluster" in container["args"]  # the caches still read the cluster
+
+
+@pytest.mark.parametrize("name", ["trainguard", SELF_REGISTER])
+def test_bindings_grant_the_roles_to_the_service_account(rendered: list[Obj], name: str) -> None:
+    binding = named(rendered, "ClusterRoleBinding", name)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
-        "name": one(rendered, "ClusterRole")["metadata"]["name"],
+        "name": named(rendered, "ClusterRole", name)["metadata"]["name"],
     }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainguard", "namespace": NAMESPACE}]
 

@@ -247,10 +247,10 @@ def test_match_conditions_compile_and_are_named_validly(options: dict[str, Any])
             compiled(cond["expression"])  # raises on a syntax error
 
 
-def test_no_plain_cpu_skip_leaves_only_the_self_condition() -> None:
+def test_no_plain_cpu_skip_keeps_the_self_and_node_level_conditions() -> None:
     objects = webhookconfig.render(skip_plain_cpu=False)
     for hook in (validating(objects), mutating(objects)):
-        assert [c["name"] for c in hook["matchConditions"]] == ["not-trainguard-itself"]
+        assert [c["name"] for c in hook["matchConditions"]] == ["not-trainguard-itself", "not-node-level"]
 
 
 # --- matchConditions: semantics ------------------------------------------------------------------
@@ -531,6 +531,143 @@ def test_own_service_account_is_never_sent(pick: Callable[[list[Obj]], Obj]) -> 
     assert evaluate(hook, pod(container(**GPU)), user="system:serviceaccount:other:trainguard") is True
 
 
+# --- matchConditions: node-level Pods never wait on the webhook ----------------------------------
+
+
+def owned_by(obj: Obj, kind: str, *, controller: bool | None = True, api_version: str = "apps/v1") -> Obj:
+    ref: Obj = {"apiVersion": api_version, "kind": kind, "name": "agent", "uid": "1"}
+    if controller is not None:
+        ref["controller"] = controller
+    obj["metadata"]["ownerReferences"] = [ref]
+    return obj
+
+
+DS_AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+            ]
+        }
+    }
+}
+EVERYTHING = [{"operator": "Exists"}]
+
+# (object, old object or None, node-level: never sent to either webhook, and skipped by the engine)
+NODE_LEVEL_CASES = [
+    pytest.param(owned_by(pod(container(), affinity=DS_AFFINITY), "DaemonSet"), None, True, id="daemonset"),
+    pytest.param(owned_by(pod(container(**GPU)), "DaemonSet"), None, True, id="daemonset-with-gpu"),
+    pytest.param(
+        owned_by(pod(container(**GPU)), "DaemonSet", controller=None),
+        None,
+        False,
+        id="daemonset-not-controller",
+    ),
+    pytest.param(
+        owned_by(pod(container(**GPU)), "DaemonSet", api_version="example.com/v1"),
+        None,
+        False,
+        id="daemonset-of-another-group",
+    ),
+    pytest.param(owned_by(pod(container(**GPU)), "ReplicaSet"), None, False, id="replicaset-owned"),
+    pytest.param(
+        pod(container(**CPU), priorityClassName="system-node-critical"), None, True, id="system-node-critical"
+    ),
+    pytest.param(
+        pod(container(), priorityClassName="system-cluster-critical"),
+        None,
+        True,
+        id="system-cluster-critical",
+    ),
+    pytest.param(
+        pod(container(**GPU), priorityClassName="system-node-critical"), None, False, id="critical-with-gpu"
+    ),
+    pytest.param(pod(container(), priorityClassName="training-high"), None, False, id="other-priority-class"),
+    pytest.param(pod(container(), tolerations=EVERYTHING), None, True, id="tolerates-everything"),
+    pytest.param(
+        pod(container(), tolerations=[{"operator": "Exists", "effect": "NoSchedule"}]),
+        None,
+        True,
+        id="tolerates-every-noschedule-taint",
+    ),
+    pytest.param(
+        pod(container(), tolerations=[{"key": "gpu", "operator": "Exists"}]),
+        None,
+        False,
+        id="keyed-toleration",
+    ),
+    pytest.param(pod(container(**GPU), tolerations=EVERYTHING), None, False, id="tolerates-everything-gpu"),
+    pytest.param(
+        pod(container(), tolerations=EVERYTHING, resourceClaims=[{"name": "gpu"}]),
+        None,
+        False,
+        id="tolerates-everything-dra-claim",
+    ),
+    pytest.param(
+        pod(container(resources={"claims": [{"name": "gpu"}]}), tolerations=EVERYTHING),
+        None,
+        False,
+        id="tolerates-everything-container-claim",
+    ),
+    pytest.param(
+        pod(container(), tolerations=EVERYTHING, initContainers=[container(name="init", **GPU)]),
+        None,
+        False,
+        id="tolerates-everything-init-gpu",
+    ),
+    pytest.param(deployment(container(), tolerations=EVERYTHING), None, False, id="deployment-is-not-a-pod"),
+    pytest.param(
+        pod(container(**GPU)),
+        owned_by(pod(container(**GPU)), "DaemonSet"),
+        False,
+        id="update-drops-the-daemonset-owner",
+    ),
+    pytest.param(
+        owned_by(pod(container(**GPU)), "DaemonSet"),
+        pod(container(**GPU)),
+        False,
+        id="update-adds-a-daemonset-owner",
+    ),
+    pytest.param(
+        owned_by(pod(container(**GPU)), "DaemonSet"),
+        owned_by(pod(container(**GPU)), "DaemonSet"),
+        True,
+        id="update-of-a-daemonset-pod",
+    ),
+]
+
+
+def only(hook: Obj, name: str) -> Obj:
+    return {**hook, "matchConditions": [c for c in hook["matchConditions"] if c["name"] == name]}
+
+
+@pytest.mark.parametrize(("obj", "old", "node_level"), NODE_LEVEL_CASES)
+@pytest.mark.parametrize("skip_plain_cpu", [True, False], ids=["skip-plain-cpu", "no-skip-plain-cpu"])
+def test_node_level_pods_are_sent_to_neither_webhook(
+    obj: Obj, old: Obj | None, node_level: bool, skip_plain_cpu: bool
+) -> None:
+    objects = webhookconfig.render(skip_plain_cpu=skip_plain_cpu)
+    operation = "UPDATE" if old is not None else "CREATE"
+    for hook in (validating(objects), mutating(objects)):
+        assert evaluate(only(hook, "not-node-level"), obj, operation=operation, old=old) is not node_level
+        if node_level:
+            assert evaluate(hook, obj, operation=operation, old=old) is False
+
+
+@pytest.mark.parametrize(("obj", "old", "node_level"), NODE_LEVEL_CASES)
+def test_the_engine_skips_exactly_the_node_level_pods(obj: Obj, old: Obj | None, node_level: bool) -> None:
+    """`trainguard check` and the cluster agree: what the API server never sends, the CLI skips."""
+    decision = engine().review(
+        AdmissionInput(
+            object=obj, operation="UPDATE" if old else "CREATE", old_object=old, namespace="default"
+        )
+    )
+    skipped = (decision.skipped_reason or "").startswith("node-level Pod: ")
+    assert skipped is node_level, decision.skipped_reason
+    if node_level:
+        assert decision.allowed and decision.patch == []
+
+
 @pytest.mark.parametrize(
     "obj",
     [
@@ -759,14 +896,15 @@ def test_cli_options_reach_the_objects(tmp_path: Path, capsys: pytest.CaptureFix
     v = validating(objects)
     assert v["clientConfig"]["url"] == "https://10.0.0.5:9443/validate"
     assert "system:serviceaccount:guard:gatekeeper" in v["matchConditions"][0]["expression"]
-    assert "'node-pool'" in v["matchConditions"][1]["expression"]
+    assert "'node-pool'" in only(v, "not-plain-cpu-infrastructure")["matchConditions"][0]["expression"]
 
 
 def test_cli_no_skip_plain_cpu(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_cli(capsys, "--no-skip-plain-cpu", "-o", "json")
     assert code == 0
     for item in json.loads(out)["items"]:
-        assert [c["name"] for c in item["webhooks"][0]["matchConditions"]] == ["not-trainguard-itself"]
+        names = [c["name"] for c in item["webhooks"][0]["matchConditions"]]
+        assert names == ["not-trainguard-itself", "not-node-level"]
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,7 @@
 """Optional cluster awareness: watch-backed caches, and self-registration of the webhook configurations.
 
     ClusterCaches   PriorityClasses (name -> value), TrainingRuntimes ((namespace, name) -> object),
-                    ClusterTrainingRuntimes ((None, name) -> object), Namespaces (name -> labels);
+                    ClusterTrainingRuntimes ((None, name) -> object), PolicyExceptions;
                     one background thread per resource: list, then watch from the list's
                     resourceVersion; re-list on 410 Gone; bounded, jittered backoff on errors.
     Registrar       create-or-patch (server-side apply) of webhookconfig.render()'s two objects with
@@ -112,11 +112,6 @@ def cluster_scoped_key(obj: Mapping[str, Any]) -> tuple[None, str] | None:
 def priority_value(obj: Mapping[str, Any]) -> int | None:
     value = obj.get("value")
     return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def labels_value(obj: Mapping[str, Any]) -> dict[str, str]:
-    labels = _meta(obj).get("labels")
-    return dict(labels) if isinstance(labels, Mapping) else {}
 
 
 def object_value(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -362,14 +357,9 @@ class ClusterCaches:
             Resource(
                 "clustertrainingruntimes", crd("clustertrainingruntimes"), cluster_scoped_key, object_value
             ),
-            Resource("namespaces", client.CoreV1Api(api).list_namespace, name_key, labels_value),
             Resource("policyexceptions", exceptions_call, namespaced_key, exception_value),
         ]
-        # Namespace labels are kept for policies to come; the engine does not read them yet.
-        self.caches = {
-            r.name: WatchCache(r, self._changed if r.name != "namespaces" else _unused, self._stop)
-            for r in resources
-        }
+        self.caches = {r.name: WatchCache(r, self._changed, self._stop) for r in resources}
 
     def start(self) -> None:
         for cache in self.caches.values():
@@ -392,19 +382,11 @@ class ClusterCaches:
         return out
 
     @property
-    def namespace_labels(self) -> dict[str, dict[str, str]]:
-        return {str(k): v for k, v in self.caches["namespaces"].snapshot().items()}
-
-    @property
     def exceptions(self) -> list[PolicyException]:
         return list(self.caches["policyexceptions"].snapshot().values())
 
     def _changed(self) -> None:
         self._on_change(self.priority_classes, self.runtimes, self.exceptions)
-
-
-def _unused() -> None:
-    pass
 
 
 # -- credentials ----------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from typing import Any
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
 
-from webhook import certs, logs
+from webhook import certs, logs, runtime_tuning
 from webhook.app import DEFAULT_MAX_BODY_BYTES, ServerState, create_app
 from webhook.config import PlatformConfig, load_config
 from webhook.engine import (
@@ -517,6 +517,7 @@ def serve(settings: Settings) -> int:
     """Run the webhook until SIGTERM/SIGINT and a graceful drain; 0 on a clean stop."""
     logs.configure(settings.log_level)
     server = build(settings)
+    runtime_tuning.tune_for_latency()  # after everything is loaded, before the first request
     try:
         server.run()
     except SystemExit as exc:  # uvicorn exits when it cannot listen (it has logged why)

@@ -18,6 +18,7 @@ import yaml
 from webhook import certs, kinds
 from webhook.config import PlatformConfig, load_config
 from webhook.errors import TrainguardError
+from webhook.nodelevel import CRITICAL_PRIORITY_CLASSES
 
 FailurePolicy = Literal["Fail", "Ignore"]
 OutputFormat = Literal["yaml", "json"]
@@ -58,6 +59,13 @@ EXPLANATIONS = {
     "not-trainguard-itself": (
         "trainguard's own service account creates no workloads; skipping it keeps the webhook from "
         "ever waiting on itself"
+    ),
+    "not-node-level": (
+        "a Pod owned by a DaemonSet, or one that requests no extended resource and no DRA claim and "
+        "has priority class system-node-critical or system-cluster-critical or tolerates every taint "
+        "(operator Exists, no key): a node agent (CNI, CSI, device plugin) must start even while the "
+        "webhook is down, on the webhook's own node too. DaemonSets themselves are not sent to the "
+        "webhook, and the engine leaves these Pods alone as well (webhook/nodelevel.py)"
     ),
     "not-plain-cpu-infrastructure": (
         "a Pod, Deployment or StatefulSet (validating) or a Deployment or StatefulSet (mutating) that "
@@ -188,7 +196,9 @@ def match_conditions(
     """
     username = f"system:serviceaccount:{namespace}:{service_account}"
     conditions = [
-        {"name": "not-trainguard-itself", "expression": f"request.userInfo.username != {_q(username)}"}
+        {"name": "not-trainguard-itself", "expression": f"request.userInfo.username != {_q(username)}"},
+        # Always there, whatever else is skipped: without it the webhook could block its own recovery.
+        {"name": "not-node-level", "expression": _not_node_level()},
     ]
     if plain_cpu_resources:
         conditions.append(
@@ -227,6 +237,43 @@ def _not_plain_cpu(platform: PlatformConfig, resources: Sequence[tuple[str, str]
         + "))"
     )
     return "!(\n" + _indent(f"({kind}) &&\n{plain}", 2) + "\n)"
+
+
+def _not_node_level() -> str:
+    """CEL twin of `nodelevel.node_level_reason`: false for a node-level Pod (on UPDATE, old and new)."""
+    owned = (
+        "(has(o.metadata) && has(o.metadata.ownerReferences) && o.metadata.ownerReferences.exists(r,\n"
+        "  has(r.kind) && r.kind == 'DaemonSet' && has(r.apiVersion) && r.apiVersion.startsWith('apps/') &&\n"
+        "  has(r.controller) && r.controller == true))"
+    )
+    agent = (
+        "[has(s.priorityClassName) ? s.priorityClassName : ''].exists(p, p in "
+        f"{_list(CRITICAL_PRIORITY_CLASSES)}) ||\n"
+        "(has(s.tolerations) && s.tolerations.exists(tol,\n"
+        "  (!has(tol.key) || tol.key == '') && has(tol.operator) && tol.operator == 'Exists'))"
+    )
+    unowned = (
+        "(has(o.spec) && [o.spec].all(s,\n" + _indent(_no_accelerators() + " &&\n(" + agent + ")", 2) + "))"
+    )
+    return (
+        "!(\n"
+        "  request.resource.group == '' && request.resource.resource == 'pods' &&\n"
+        "  (request.operation == 'UPDATE' ? [object, oldObject] : [object]).all(o,\n"
+        + _indent(owned + " ||\n" + unowned, 4)
+        + ")\n)"
+    )
+
+
+def _no_accelerators() -> str:
+    return (
+        "((has(s.containers) && type(s.containers) == list ? s.containers : []) +\n"
+        " (has(s.initContainers) ? s.initContainers : [])).all(c,\n"
+        "  [has(c.resources) && has(c.resources.requests) ? c.resources.requests : {},\n"
+        "   has(c.resources) && has(c.resources.limits) ? c.resources.limits : {}]\n"
+        "    .all(r, !r.exists(n, n.contains('/'))) &&\n"
+        "  !(has(c.resources) && has(c.resources.claims))) &&\n"
+        "!has(s.resourceClaims)"
+    )
 
 
 def _plain_metadata() -> str:

@@ -10,13 +10,25 @@ shared by a thread pool per concurrency level; its own cost is in every arm alik
 request counter confirms that "on" reached it and the others did not; the API server's own
 histogram of webhook call durations says what each call cost as it saw it.
 
-    python tests/bench/bench_apiserver.py [--quick]
+A second client measures what a user's `kubectl apply` feels, without the Python client's own
+cost and jitter: the "raw" arm keeps one persistent HTTP/1.1 connection per client thread to the
+API server, authenticated with the kubeconfig's client certificate, and POSTs the training Pod
+with `dryRun=All` (every webhook is called, nothing is written to etcd), at concurrency 1 and 8,
+the three namespaces alternating batch by batch. Its table gives, per concurrency, p50 and p99 of
+each arm and what trainguard adds over the no-op webhooks (the same two calls, deciding nothing)
+and over no webhook at all. The load average is printed before and after.
+
+    python tests/bench/bench_apiserver.py [--quick] [--raw-only]
 """
 
 from __future__ import annotations
 
+import argparse
 import concurrent.futures
 import copy
+import http.client
+import json
+import os
 import ssl
 import subprocess
 import sys
@@ -30,6 +42,8 @@ import common
 import servers
 import yaml
 from common import REPO, log, median, percentile, table
+
+RAW_CONCURRENCIES = (1, 8)
 
 sys.path.append(str(REPO))  # tests.e2e (after any PYTHONPATH, which may name other code)
 
@@ -75,7 +89,147 @@ def _metric(url: str, ca: Path, name: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
-def run(quick: bool = False) -> dict[str, Any]:
+class RawClient:
+    """One persistent HTTP/1.1 connection to the API server, with the kubeconfig's client certificate.
+
+    http.client rather than the kubernetes client: nothing but a request and its response per
+    create, so the figures are the API server's and the webhooks', not a client library's.
+    """
+
+    def __init__(self, plane: Any) -> None:
+        pki = Path(plane.ca_file).parent
+        context = ssl.create_default_context(cafile=str(plane.ca_file))
+        context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        self._connect = lambda: http.client.HTTPSConnection(
+            "127.0.0.1", plane.port, context=context, timeout=60
+        )
+        self.connection = self._connect()
+
+    def create(self, namespace: str, body: bytes) -> float:
+        """Milliseconds for one dry-run create; RuntimeError unless the API server says 201."""
+        t0 = time.perf_counter()
+        self.connection.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods?dryRun=All",
+            body=body,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        response = self.connection.getresponse()
+        answer = response.read()
+        elapsed = (time.perf_counter() - t0) * 1000
+        if response.status != 201:
+            raise RuntimeError(f"create in {namespace}: HTTP {response.status}: {answer[:300]!r}")
+        return elapsed
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+def _raw_batch(
+    pool: concurrent.futures.ThreadPoolExecutor, clients: list[RawClient], ns: str, body: bytes, n: int
+) -> list[float]:
+    """Each client, on its own thread, creates `n` times in a row; every latency, in ms."""
+
+    def one_client(client: RawClient) -> list[float]:
+        return [client.create(ns, body) for _ in range(n)]
+
+    return [ms for part in pool.map(one_client, clients, timeout=600) for ms in part]
+
+
+def run_raw(
+    plane: Any,
+    pod: dict[str, Any],
+    arms: tuple[tuple[str, str], ...],
+    quick: bool,
+    webhooks: dict[str, servers.Server],
+) -> dict[str, Any]:
+    """The raw arm: persistent connections, dry-run Pod creates, concurrency 1 and 8, arms alternating.
+
+    Beside the latencies, each webhook server's CPU time per call over its own batches: on a shared
+    machine, wall time is stretched by whoever else wants the CPUs, CPU time much less.
+    """
+    rounds = 2 if quick else 5
+    # Creates per client thread per batch: 500 samples per arm at concurrency 1, 1,000 at 8.
+    per_thread = {1: 40, 8: 10} if quick else {1: 100, 8: 25}
+    body = json.dumps(pod).encode()
+    latencies: dict[tuple[str, int], list[float]] = {}
+    cpu: dict[str, float] = dict.fromkeys(webhooks, 0.0)
+    load_before = os.getloadavg()
+    for conc in RAW_CONCURRENCIES:
+        clients = [RawClient(plane) for _ in range(conc)]
+        try:
+            with concurrent.futures.ThreadPoolExecutor(conc) as pool:
+                for _, ns in arms:  # warm-up: connections, caches, the webhooks' first requests
+                    _raw_batch(pool, clients, ns, body, per_thread[conc])
+                for _ in range(rounds):
+                    for arm, ns in arms:
+                        before = webhooks[arm].cpu_seconds() if arm in webhooks else 0.0
+                        latencies.setdefault((arm, conc), []).extend(
+                            _raw_batch(pool, clients, ns, body, per_thread[conc])
+                        )
+                        if arm in webhooks:
+                            cpu[arm] += webhooks[arm].cpu_seconds() - before
+        finally:
+            for client in clients:
+                client.close()
+        log(f"apiserver: raw client, concurrency {conc} done")
+    load_after = os.getloadavg()
+    rows = []
+    summary: dict[str, Any] = {}
+    for conc in RAW_CONCURRENCIES:
+        off, nop, on = (sorted(latencies[(arm, conc)]) for arm in ("off", "noop", "on"))
+        p = {
+            name: (percentile(v, 50), percentile(v, 99))
+            for name, v in (("off", off), ("noop", nop), ("on", on))
+        }
+        added_noop = (p["on"][0] - p["noop"][0], p["on"][1] - p["noop"][1])
+        added_off = (p["on"][0] - p["off"][0], p["on"][1] - p["off"][1])
+        rows.append([conc, len(on), *p["off"], *p["noop"], *p["on"], *added_noop, *added_off])
+        summary[f"raw_c{conc}"] = {
+            "n_per_arm": len(on),
+            "p50_ms": {k: round(v[0], 2) for k, v in p.items()},
+            "p99_ms": {k: round(v[1], 2) for k, v in p.items()},
+            "added_over_noop_ms": {"p50": round(added_noop[0], 2), "p99": round(added_noop[1], 2)},
+            "added_over_off_ms": {"p50": round(added_off[0], 2), "p99": round(added_off[1], 2)},
+        }
+    print(
+        table(
+            "API server, raw keep-alive client: dry-run Pod create latency, ms; no webhook (off), two no-op "
+            f"webhook calls (noop), trainguard's two calls (on); {rounds} alternating rounds; load average "
+            f"{' '.join(f'{x:.2f}' for x in load_before)} before, {' '.join(f'{x:.2f}' for x in load_after)} after",
+            [
+                "conc",
+                "n/arm",
+                "p50 off",
+                "p99 off",
+                "p50 noop",
+                "p99 noop",
+                "p50 on",
+                "p99 on",
+                "p50 on-noop",
+                "p99 on-noop",
+                "p50 on-off",
+                "p99 on-off",
+            ],
+            rows,
+        )
+    )
+    # Two calls per create (mutating, then validating) in both webhook arms.
+    calls = {arm: 2 * sum(len(latencies[(arm, c)]) for c in RAW_CONCURRENCIES) for arm in webhooks}
+    per_call = {arm: cpu[arm] / calls[arm] * 1000 for arm in webhooks}
+    print(
+        "webhook server CPU per call (raw arm, all concurrencies): "
+        + ", ".join(f"{arm} {ms:.3f} ms over {calls[arm]} calls" for arm, ms in per_call.items())
+    )
+    summary["raw_server_cpu_ms_per_call"] = {arm: round(ms, 3) for arm, ms in per_call.items()}
+    summary["raw_loadavg"] = {
+        "before": [round(x, 2) for x in load_before],
+        "after": [round(x, 2) for x in load_after],
+    }
+    return summary
+
+
+def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
 
@@ -169,6 +323,12 @@ def run(quick: bool = False) -> dict[str, Any]:
                 time.sleep(0.5)
             else:
                 raise RuntimeError("the API server never called the webhook")
+            c0 = _metric(tg.url, tg.ca, "trainguard_admission_requests_total")
+            raw = run_raw(plane, objects["Pod"], arms, quick, {"on": tg, "noop": noop})
+            raw["raw_trainguard_calls"] = _metric(tg.url, tg.ca, "trainguard_admission_requests_total") - c0
+            if raw_only:
+                api_client.close()
+                return raw
             for kind in objects:
                 for _, ns in arms:
                     batch_run(kind, ns, 4, 20)
@@ -282,6 +442,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         ],
         "apiserver_webhook_call_ms": {r[0]: round(r[2], 3) for r in call_rows},
         "apiserver_webhook_calls_per_create": round(per_request, 2),
+        **raw,
     }
 
 
@@ -303,7 +464,12 @@ def _histogram(url: str, ca: Path, name: str) -> tuple[float, float]:
 
 
 def main() -> int:
-    return common.run_part(run, __doc__)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--raw-only", action="store_true", help="only the raw keep-alive client arm")
+    args = parser.parse_args()
+    print(json.dumps(run(args.quick, args.raw_only)))
+    return 0
 
 
 if __name__ == "__main__":

@@ -168,6 +168,7 @@ def test_rendered_webhook_configurations_are_stored_as_rendered(admission: Admis
         assert hook["failurePolicy"] == failure_policy
         assert [c["name"] for c in hook["matchConditions"]] == [
             "not-trainguard-itself",
+            "not-node-level",
             "not-plain-cpu-infrastructure",
         ]
         (excluded,) = hook["namespaceSelector"]["matchExpressions"]

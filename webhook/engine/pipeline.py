@@ -17,6 +17,7 @@ from webhook.engine import decide, evaluate, match
 from webhook.engine.compile import PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
+from webhook.nodelevel import node_level_reason
 from webhook.workloads import AdaptContext, build_workload
 from webhook.workloads.common import POD_GROUP_NAME
 from webhook.workloads.model import Workload
@@ -87,6 +88,9 @@ class Engine:
             return Decision(True, mutated=obj, skipped_reason=f"operation {inp.operation} is always allowed")
         if namespace in self.config.excluded_namespaces:
             return Decision(True, mutated=obj, skipped_reason=f"namespace {namespace} is excluded")
+        if reason := _node_level(inp):
+            # The webhook configurations never send these Pods (matchCondition not-node-level).
+            return Decision(True, mutated=obj, skipped_reason=reason)
         ctx = AdaptContext(
             config=self.config,
             runtimes={**self.runtimes, **inp.runtimes},
@@ -204,3 +208,13 @@ def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:
         keys.append(eviction_key(ns, "Workload", group))
     keys.append(eviction_key(ns, workload.kind, workload.name))
     return keys
+
+
+def _node_level(inp: AdmissionInput) -> str | None:
+    """Why a Pod is node-level, as the not-node-level matchCondition sees it (on UPDATE: old and new)."""
+    if inp.object.get("kind") != "Pod" or inp.object.get("apiVersion") != "v1":
+        return None
+    reason = node_level_reason(inp.object)
+    if reason and inp.operation == "UPDATE" and inp.old_object and node_level_reason(inp.old_object) is None:
+        return None
+    return reason

@@ -1,0 +1,73 @@
+"""Node-level Pods: the agents a node needs before anything else runs on it.
+
+A CNI, CSI or GPU-operator agent that waits on a fail-closed webhook can keep a node from ever
+becoming usable, the webhook's own node included. Such Pods are never sent to trainguard (the
+webhook configurations' `not-node-level` matchCondition) and the engine leaves them alone too, so
+`trainguard check` and the cluster decide them alike. This module is the Python side of that
+definition; `webhookconfig` renders the CEL side and the tests hold the two to the same table.
+
+A node-level Pod is one of:
+- owned (as controller) by a DaemonSet: DaemonSets themselves are not sent to the webhook, so
+  skipping their Pods opens no path a user did not already have;
+- of priority class `system-node-critical` or `system-cluster-critical`, requesting no extended
+  resource (GPU or other accelerator) and no DRA claim;
+- tolerating every taint (a toleration with `operator: Exists` and no key), requesting no extended
+  resource and no DRA claim.
+The last two ask for "no accelerator" so that a training Pod cannot slip past the webhook by
+borrowing an agent's shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
+
+
+def node_level_reason(pod: Mapping[str, Any]) -> str | None:
+    """Why `pod` (a v1 Pod as a dict) is node-level; None when it is not."""
+    meta = pod.get("metadata")
+    owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
+    for ref in owners if isinstance(owners, list) else ():
+        if (
+            isinstance(ref, Mapping)
+            and ref.get("kind") == "DaemonSet"
+            and str(ref.get("apiVersion", "")).startswith("apps/")
+            and ref.get("controller") is True
+        ):
+            return f"node-level Pod: owned by DaemonSet {ref.get('name')}"
+    spec = pod.get("spec")
+    if not isinstance(spec, Mapping) or _asks_for_accelerators(spec):
+        return None
+    priority_class = spec.get("priorityClassName")
+    if priority_class in CRITICAL_PRIORITY_CLASSES:
+        return f"node-level Pod: priority class {priority_class}"
+    tolerations = spec.get("tolerations")
+    for tol in tolerations if isinstance(tolerations, list) else ():
+        if isinstance(tol, Mapping) and not tol.get("key") and tol.get("operator") == "Exists":
+            return "node-level Pod: tolerates every taint"
+    return None
+
+
+def _asks_for_accelerators(spec: Mapping[str, Any]) -> bool:
+    # Presence, as the matchCondition's has() sees it.
+    if "resourceClaims" in spec:
+        return True
+    containers: list[Any] = []
+    for field in ("containers", "initContainers"):
+        value = spec.get(field)
+        if isinstance(value, list):
+            containers += value
+    for c in containers:
+        resources = c.get("resources") if isinstance(c, Mapping) else None
+        if not isinstance(resources, Mapping):
+            continue
+        if "claims" in resources:
+            return True
+        for part in ("requests", "limits"):
+            amounts = resources.get(part)
+            # Extended resources are domain-prefixed (nvidia.com/gpu); cpu, memory, … are not.
+            if isinstance(amounts, Mapping) and any("/" in str(name) for name in amounts):
+                return True
+    return False
