@@ -134,6 +134,8 @@ def test_review_question_4_names_the_platforms_answer_and_the_advice(
     fields = {e["field"]: e["value"] for e in q4["evidence"]}
     assert fields["PlatformConfig recovery.tiers.preemptible.cooldown"] == "5m"
     assert fields["metadata.annotations[trainguard.dev/checkpoint-save-seconds]"] == "60"
+    assert fields["metadata.annotations[trainguard.dev/checkpoint-interval]"] == "1h"
+    assert fields["PlatformConfig recovery.tiers.preemptible.preemptionsPerHour"] == 0.5
     (finding,) = workload["findings"]
     assert (finding["policy"], finding["level"], finding["line"]) == ("checkpoint-interval-advice", "warn", 8)
 

@@ -18,6 +18,7 @@ from webhook.config import PlatformConfig
 from webhook.workloads.model import Workload
 
 SAVE_SECONDS = "trainguard.dev/checkpoint-save-seconds"
+CHECKPOINT_INTERVAL = "trainguard.dev/checkpoint-interval"
 _NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
 FAR = 2.0  # an interval more than this factor from τ is worth a warning
 
@@ -134,6 +135,8 @@ def recovery_advice(config: PlatformConfig, w: Workload, priority_values: dict[s
         w.checkpoint.interval_seconds,
     )
     if advice is not None:
+        if w.checkpoint.interval is not None:
+            evidence.append((f"metadata.annotations[{CHECKPOINT_INTERVAL}]", w.checkpoint.interval))
         evidence.append((f"{base}.preemptionsPerHour", settings["preemptionsPerHour"]))
         evidence.append((f"{base}.restartTime", settings["restartTime"]))
         parts.append(describe(advice, w.checkpoint.interval))
