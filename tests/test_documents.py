@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from webhook.documents import load_yaml_documents, read_manifests
+from webhook.documents import collect_manifests, load_yaml_documents, read_manifests, read_stream, read_text
 from webhook.errors import DuplicateKeyError, InputError
 
 BAD = [
@@ -103,3 +106,111 @@ def test_missing_path_is_an_input_error() -> None:
 def test_empty_documents_are_skipped() -> None:
     docs = load_yaml_documents("---\n---\napiVersion: v1\nkind: Pod\n---\n", "f.yaml")
     assert [(d.index, d.line) for d in docs] == [(2, 3)]
+
+
+# --------------------------------------------------------------------------------------------
+# Bounded input: aliases, special files, size, and every readable document kept
+
+
+def _laughs(levels: int, *, duplicate_key: bool) -> str:
+    """The classic alias bomb: each level lists the previous one nine times (9**levels strings)."""
+    lines = ["apiVersion: v1", "kind: Pod", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    prev = "a"
+    for name in "bcdefghijklmnop"[: levels - 1]:
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+        prev = name
+    lines.append(
+        "kind: Pod" if duplicate_key else f"spec: {{containers: [{{name: t, image: x, args: *{prev}}}]}}"
+    )
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("duplicate_key", [True, False], ids=["with-a-duplicate-key", "without"])
+def test_alias_bomb_is_refused_before_it_is_built(duplicate_key: bool) -> None:
+    with pytest.raises(InputError) as info:
+        load_yaml_documents(_laughs(9, duplicate_key=duplicate_key), "bomb.yaml")
+    assert "YAML aliases expand this document beyond 100000 extra values" in str(info.value)
+    assert "bomb.yaml, document 1" in str(info.value)
+
+
+def test_recursive_alias_is_refused() -> None:
+    with pytest.raises(InputError, match="alias refers to a node that contains it"):
+        load_yaml_documents("apiVersion: v1\nkind: Pod\na: &a [1, *a]\n", "r.yaml")
+
+
+def test_ordinary_anchors_are_decoded() -> None:
+    text = (
+        "apiVersion: v1\nkind: Pod\nx: &env [{name: A, value: b}]\n"
+        "spec: {containers: [{name: a, env: *env}, {name: b, env: *env}]}\n"
+    )
+    doc = load_yaml_documents(text, "f.yaml")[0]
+    assert [c["env"] for c in doc.data["spec"]["containers"]] == [[{"name": "A", "value": "b"}]] * 2
+
+
+def test_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)  # nothing ever writes to it: reading it would block for ever
+    with pytest.raises(InputError, match="refused: a FIFO, not a regular file"):
+        read_text(str(fifo))
+
+
+def test_a_device_is_refused() -> None:
+    with pytest.raises(InputError, match="refused: a device, not a regular file"):
+        read_text("/dev/zero")
+
+
+def test_input_larger_than_the_limit_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("a" * 101)
+    with pytest.raises(InputError, match="larger than the 100 bytes input limit"):
+        read_text(str(path), limit=100)
+    with pytest.raises(InputError, match="<stdin>: larger than the 100 bytes input limit"):
+        read_stream(io.StringIO("a" * 101), limit=100)
+    assert read_text(str(path), limit=101) == "a" * 101
+
+
+def test_text_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(b"apiVersion: v1\nkind: Pod\nmetadata: {name: caf\xe9}\n")
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        read_text(str(path))
+
+
+def test_every_readable_document_is_kept_and_every_error_listed(tmp_path: Path) -> None:
+    (tmp_path / "a-good.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: one}\n")
+    (tmp_path / "b-broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: [x\n")
+    (tmp_path / "c-mixed.yaml").write_text(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: two}\n---\n- not an object\n---\n"
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: three}\n"
+    )
+    (tmp_path / "d-empty.yaml").write_text("")  # skipped inside a directory that holds documents
+    found = collect_manifests([str(tmp_path)])
+    assert [d.data["metadata"]["name"] for d in found.documents] == ["one", "two", "three"]
+    assert [(Path(e.source or "").name, e.document, e.line) for e in found.errors] == [
+        ("b-broken.yaml", 1, 4),
+        ("c-mixed.yaml", 2, 5),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        pytest.param(
+            lambda p: (p / "e.yaml").write_text("# only a comment\n"), "no documents", id="empty-file"
+        ),
+        pytest.param(lambda p: (p / "sub").mkdir(), "no documents", id="directory-without-manifests"),
+    ],
+)
+def test_input_without_documents_is_an_error(tmp_path: Path, make: Any, words: str) -> None:
+    make(tmp_path)
+    target = next(tmp_path.iterdir())
+    found = collect_manifests([str(target)])
+    assert found.documents == []
+    assert [words in str(e) and str(target) in str(e) for e in found.errors] == [True]
+    with pytest.raises(InputError, match=words):
+        read_manifests([str(target)])
+
+
+def test_empty_stdin_is_an_error() -> None:
+    found = collect_manifests(["-"], stdin=io.StringIO(""))
+    assert [str(e) for e in found.errors] == ["<stdin>: no documents: the input holds no Kubernetes object"]

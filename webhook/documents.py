@@ -3,10 +3,18 @@
 PyYAML keeps the last of two duplicate keys; a manifest that lost its Kueue label that way looks
 fine to every other tool. We parse with the C scanner/parser, check each mapping for repeats, and
 keep the line of every field so a report can point at it.
+
+Input is bounded before it is decoded: only regular files are read (a FIFO or a device could block
+or never end), at most `MAX_INPUT_BYTES` of them, and a document whose aliases would expand to more
+than `MAX_ALIAS_NODES` extra nodes is refused before it is built (a few hundred bytes of nested
+aliases stand for billions of values once anything walks them). libyaml refuses nesting deeper
+than 1000 levels itself.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +28,10 @@ try:  # the C loader is ~10x faster; fall back for platforms without libyaml
     _BaseLoader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]
 except AttributeError:  # pragma: no cover
     _BaseLoader = yaml.SafeLoader
+
+
+MAX_INPUT_BYTES = 32 * 1024 * 1024  # per file or stdin; etcd stores objects of at most 1.5 MiB
+MAX_ALIAS_NODES = 100_000  # nodes that aliases may add to one document once expanded
 
 
 @dataclass(slots=True)
@@ -103,6 +115,54 @@ def _path_at_line(node: yaml.Node, line: int) -> str | None:
     return ".".join(t.replace("~1", "/").replace("~0", "~") for t in deepest.split("/")[1:])
 
 
+def _node_children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand too far, or refer to a node that contains them.
+
+    The composed node graph shares every aliased node, so its expanded size is computed once per
+    distinct node (memoised, iteratively: linear in what was written). A recursive alias has no
+    JSON form and no Kubernetes meaning.
+    """
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, closing = stack.pop()
+        key = id(node)
+        if closing:
+            open_nodes.discard(key)
+            total = 1
+            for child in _node_children(node):
+                total += sizes[id(child)]
+            sizes[key] = total
+            if total - len(sizes) > MAX_ALIAS_NODES:
+                raise InputError(
+                    f"YAML aliases expand this document beyond {MAX_ALIAS_NODES} extra values; "
+                    "refused (an alias bomb is written this way): write the values out",
+                    line=node.start_mark.line + 1,
+                )
+            continue
+        if key in sizes:
+            continue
+        if key in open_nodes:
+            raise InputError(
+                "a YAML alias refers to a node that contains it: a Kubernetes object cannot be recursive",
+                line=node.start_mark.line + 1,
+            )
+        open_nodes.add(key)
+        stack.append((node, True))
+        for child in _node_children(node):
+            if id(child) not in sizes:
+                stack.append((child, False))
+
+
 def _document_at(text: str, line: int) -> int:
     """1-based index of the document that holds 0-based `line` (counting `---` separators)."""
     count = 1
@@ -124,6 +184,7 @@ def load_yaml_documents(text: str, path: str, *, track_lines: bool = False) -> l
     loader = _Loader(text)
     docs: list[Document] = []
     index = 0
+    has_aliases = "*" in text  # an alias is written `*name`: without one, nothing can expand
     try:
         while loader.check_node():
             node = loader.get_node()
@@ -131,6 +192,11 @@ def load_yaml_documents(text: str, path: str, *, track_lines: bool = False) -> l
             if node is None:
                 continue
             start = node.start_mark.line + 1
+            if has_aliases:
+                try:
+                    _check_aliases(node)
+                except InputError as exc:
+                    raise InputError(exc.message, source=path, document=index, line=exc.line) from None
             try:
                 data = loader.construct_document(node)
             except DuplicateKeyError as exc:
@@ -154,6 +220,10 @@ def load_yaml_documents(text: str, path: str, *, track_lines: bool = False) -> l
         ) from None
     except yaml.YAMLError as exc:
         raise InputError(f"malformed YAML: {exc}", source=path, document=index + 1) from None
+    except RecursionError:
+        raise InputError("nested too deeply to decode", source=path, document=index or 1) from None
+    except MemoryError:
+        raise InputError("too large to decode in memory", source=path, document=index or 1) from None
     finally:
         loader.dispose()
     return docs
@@ -197,38 +267,146 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def iter_manifest_paths(paths: list[str]) -> Iterator[str]:
-    """Files named directly, and .yaml/.yml/.json files under directories, sorted; "-" is stdin."""
+    """Files named directly, and .yaml/.yml/.json files under directories, sorted; "-" is stdin.
+
+    A directory that holds no manifest file is an input error, as an empty file is.
+    """
     for p in paths:
         if p == "-":
             yield p
             continue
         path = Path(p)
         if path.is_dir():
+            found = False
             for child in sorted(path.rglob("*")):
                 if child.is_file() and child.suffix in MANIFEST_SUFFIXES:
+                    found = True
                     yield str(child)
-        elif path.exists():
+            if not found:
+                raise InputError("no documents: the directory holds no .yaml, .yml or .json file", source=p)
+        elif path.exists() or path.is_symlink():
             yield str(path)
         else:
             raise InputError("no such file or directory", source=p)
 
 
-def read_manifests(paths: list[str], *, stdin: Any = None, track_lines: bool = False) -> list[Document]:
-    """Every object document in the given files, in order; raises InputError on the first bad one."""
-    docs: list[Document] = []
-    for path in iter_manifest_paths(paths):
-        if path == "-":
-            text, label = stdin.read() if stdin is not None else "", "<stdin>"
-        else:
-            label = path
-            try:
-                text = Path(path).read_text("utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise InputError(f"cannot read: {exc}", source=path) from None
+def read_text(path: str, *, limit: int = MAX_INPUT_BYTES) -> str:
+    """A regular file's text, at most `limit` bytes; FIFOs, devices and sockets are refused.
+
+    The file is opened without blocking and checked on the open descriptor, so a path that is
+    swapped for a FIFO after a check cannot hang the reader.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=path) from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "not a regular file"
+            )
+            raise InputError(
+                f"refused: {kind}, not a regular file (it could block or never end); "
+                "pipe it through stdin (-) instead",
+                source=path,
+            )
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read: {exc.strerror or exc}", source=path) from None
+    if len(data) > limit:
+        raise InputError(
+            f"larger than the {_size(limit)} input limit: split it into smaller files", source=path
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc.reason} at byte {exc.start}", source=path) from None
+
+
+def read_stream(stream: Any, label: str = "<stdin>", *, limit: int = MAX_INPUT_BYTES) -> str:
+    """Text from an open stream (stdin), at most `limit` characters."""
+    if stream is None:
+        return ""
+    try:
+        text = stream.read(limit + 1)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text: {exc.reason}", source=label) from None
+    except OSError as exc:
+        raise InputError(f"cannot read: {exc.strerror or exc}", source=label) from None
+    if len(text) > limit:
+        raise InputError(
+            f"larger than the {_size(limit)} input limit: split it into smaller files", source=label
+        )
+    return str(text)
+
+
+def _size(n: int) -> str:
+    return f"{n // (1024 * 1024)} MiB" if n >= 1024 * 1024 else f"{n} bytes"
+
+
+@dataclass(slots=True)
+class Manifests:
+    """Every object document that could be read, and every error met on the way, in input order."""
+
+    documents: list[Document] = field(default_factory=list)
+    errors: list[InputError] = field(default_factory=list)
+
+
+def collect_manifests(paths: list[str], *, stdin: Any = None, track_lines: bool = False) -> Manifests:
+    """Read every file and document it can; an unreadable one is an error, not the end of the run.
+
+    A malformed file stops only itself (its documents cannot be told apart once the parser is lost);
+    a document that is not a Kubernetes object stops only that document. A named file, stdin or a
+    directory that holds no document at all is an error ("no documents"); inside a directory that
+    holds documents, an empty file is skipped, as `kubectl apply -f DIR` skips it.
+    """
+    out = Manifests()
+    for arg in paths:
+        before = (len(out.documents), len(out.errors))
+        try:
+            files = list(iter_manifest_paths([arg]))
+        except InputError as exc:  # a path that does not exist, or a directory without manifests
+            out.errors.append(exc)
+            continue
+        for path in files:
+            _collect_file(path, stdin, track_lines, out)
+        if (len(out.documents), len(out.errors)) == before:
+            label = "<stdin>" if arg == "-" else arg
+            what = "the directory's files hold" if files != [arg] and arg != "-" else "the input holds"
+            out.errors.append(InputError(f"no documents: {what} no Kubernetes object", source=label))
+    return out
+
+
+def _collect_file(path: str, stdin: Any, track_lines: bool, out: Manifests) -> None:
+    label = "<stdin>" if path == "-" else path
+    try:
+        text = read_stream(stdin) if path == "-" else read_text(path)
         # JSON goes through the YAML loader too: JSON parsers also keep the last duplicate key.
         loaded = load_yaml_documents(text, label, track_lines=track_lines)
-        for doc in loaded:
-            for item in expand_lists(doc):
+    except InputError as exc:
+        out.errors.append(exc)
+        return
+    for doc in loaded:
+        for item in expand_lists(doc):
+            try:
                 check_object(item)
-                docs.append(item)
-    return docs
+            except InputError as exc:
+                out.errors.append(exc)
+                continue
+            out.documents.append(item)
+
+
+def read_manifests(paths: list[str], *, stdin: Any = None, track_lines: bool = False) -> list[Document]:
+    """Every object document in the given files, in order; raises the first InputError met."""
+    found = collect_manifests(paths, stdin=stdin, track_lines=track_lines)
+    if found.errors:
+        raise found.errors[0]
+    return found.documents

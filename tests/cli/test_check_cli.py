@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -33,7 +37,8 @@ def test_counterexamples_are_denied_with_the_rule_and_the_field(capsys: pytest.C
     assert code == 1
     results = {Path(r["source"]).name.split("#")[0]: r for r in json.loads(out)["results"]}
     assert {name: [v["policy"] for v in r["violations"]] for name, r in results.items()} == {
-        "bare-torchrun-pod.yaml": ["gang-required"],
+        # No pod group: nothing gangs the pods, and no affinity can keep them together.
+        "bare-torchrun-pod.yaml": ["gang-required", "topology-slo"],
         "elastic-no-checkpoint.yaml": ["checkpoint-required", "checkpoint-required"],
         "pytorchjob-no-gang.yaml": ["gang-required"],
         "training-on-inference-pool.yaml": ["pool-separation", "torchrun-consistency"],
@@ -166,3 +171,94 @@ def test_whole_corpus_through_json_has_a_result_for_every_document(
     negative = [r for r in doc["results"] if r["source"].endswith("minAvailable-webhook-deny.yaml#1")]
     assert negative and not negative[0]["allowed"]
     assert [v["policy"] for v in negative[0]["violations"]] == ["min-available"]
+
+
+def test_a_malformed_file_does_not_hide_the_other_decisions(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    (tmp_path / "a-denied.yaml").write_text((COUNTER / "pytorchjob-no-gang.yaml").read_text())
+    (tmp_path / "b-broken.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: [x\n")
+    (tmp_path / "c-admitted.yaml").write_text((EXAMPLES / "pytorchjob-kueue-b.yaml").read_text())
+    (tmp_path / "d-unreadable.yaml").write_text(
+        "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: p}\nspec:\n"
+        "  pytorchReplicaSpecs:\n    Worker: {replicas: many}\n"
+    )
+    code, out, err = run(capsys, "check", str(tmp_path), "-o", "json")
+    assert code == 2
+    doc = json.loads(out)
+    assert [(Path(r["source"]).name, r["allowed"]) for r in doc["results"]] == [
+        ("a-denied.yaml#1", False),
+        ("c-admitted.yaml#1", True),
+    ]
+    errors = [(Path(e["source"]).name, e["document"], e["line"]) for e in doc["errors"]]
+    assert errors == [("b-broken.yaml", 1, 4), ("d-unreadable.yaml", 1, 6)]
+    assert "replicas" in doc["errors"][1]["message"]
+    assert doc["summary"]["errors"] == 2
+    assert err.count("trainguard: error:") == 2 and "Traceback" not in err
+
+    code, out, _ = run(capsys, "check", str(tmp_path))
+    assert code == 2
+    rows = [line.split() for line in out.splitlines() if line.endswith("ERROR")]
+    assert [Path(r[0]).name for r in rows] == ["b-broken.yaml#1", "d-unreadable.yaml#1"]
+    assert "    error line 4: malformed YAML" in out
+    assert "2 documents, 2 workloads: 1 admitted, 1 denied" in out and "2 errors" in out
+
+
+@pytest.mark.parametrize("where", ["empty-file", "empty-stdin", "empty-directory"])
+def test_input_without_documents_exits_2(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str
+) -> None:
+    if where == "empty-file":
+        target = tmp_path / "empty.yaml"
+        target.write_text("")
+        arg = str(target)
+    elif where == "empty-stdin":
+        monkeypatch.setattr("sys.stdin", io.StringIO(""))
+        arg = "-"
+    else:
+        arg = str(tmp_path)
+    code, out, err = run(capsys, "check", arg, "-o", "json")
+    assert code == 2
+    assert json.loads(out)["results"] == []
+    assert "no documents" in err
+
+
+def _check_in_a_subprocess(*argv: str, memory: int = 2 * 1024**3) -> subprocess.CompletedProcess[str]:
+    """Run `trainguard check` under an address-space cap; the timeout only stops a hung run."""
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", "check", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=cap,
+        check=False,
+    )
+
+
+def test_billion_laughs_is_refused_under_a_memory_cap(tmp_path: Path) -> None:
+    lines = ["apiVersion: v1", "kind: Pod", 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    lines.append("kind: Pod")  # the duplicate key made the error path walk every expanded value
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    assert bomb.stat().st_size < 700
+    proc = _check_in_a_subprocess(str(bomb))
+    assert proc.returncode == 2, proc.stderr
+    assert "YAML aliases expand this document beyond" in proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+
+
+def test_fifo_and_device_paths_are_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "jobs.yaml"
+    os.mkfifo(fifo)
+    proc = _check_in_a_subprocess(str(fifo), "/dev/zero", str(EXAMPLES / "pytorchjob-kueue-b.yaml"))
+    assert proc.returncode == 2
+    assert f"{fifo}: refused: a FIFO" in proc.stderr
+    assert "/dev/zero: refused: a device" in proc.stderr
+    assert "pytorchjob-kueue-b.yaml#1" in proc.stdout and "ADMITTED" in proc.stdout
+    assert "Traceback" not in proc.stderr

@@ -191,7 +191,39 @@ class Refusal:
         return self.id
 
 
+def torchrun_pod(name: str, namespace: str, **kwargs: Any) -> dict[str, Any]:
+    """One of 4 bare pods that run a 4-node torchrun: only a pod group gangs them."""
+    manifest = pod(name, namespace, gpus=8, **kwargs)
+    manifest["spec"]["containers"][0]["command"] = [
+        "torchrun",
+        "--nnodes=4",
+        "--nproc-per-node=8",
+        "train.py",
+    ]
+    return manifest
+
+
 REFUSALS = [
+    Refusal(
+        "gang-required:bare-torchrun-pods-with-only-a-queue-label",
+        torchrun_pod(
+            "tg-queued-node-0",
+            OTHER_NS,
+            labels={QUEUE_LABEL: TEAM_QUEUE},
+            annotations={"trainguard.dev/topology-slo": "best-effort"},
+        ),
+        "gang-required",
+        (
+            "makes each pod its own one-pod Kueue workload",
+            'annotation kueue.x-k8s.io/pod-group-total-count: "4"',
+        ),
+    ),
+    Refusal(
+        "trainguard:kueue-pod-group-without-its-count",
+        torchrun_pod("tg-group-no-count-0", OTHER_NS, labels={"kueue.x-k8s.io/pod-group-name": "tg-run"}),
+        "trainguard",
+        ("annotation kueue.x-k8s.io/pod-group-total-count is missing: Kueue refuses",),
+    ),
     Refusal(
         "gang-required:multi-node-pytorchjob-without-queue",
         pytorchjob("tg-no-gang", OTHER_NS),
@@ -742,15 +774,17 @@ def test_a_training_runtime_reaches_the_webhook_as_it_reaches_the_cli(admission:
         )
 
     before = dry_run()
-    assert "gang-required" in denial(before.stderr), (
-        "without its runtime, the 4-node TrainJob declares no gang"
+    assert before.returncode == 0, f"a runtime it cannot see is no reason to deny:\n{before.stderr}"
+    unknown = (
+        f"trainjob-runtime: spec.runtimeRef names ClusterTrainingRuntime/{name}, which is not known here"
     )
+    assert any(w.startswith(unknown) for w in trainguard_warnings(before.stderr)), before.stderr
     created = admission.kubectl("create", "-f", "-", input=json.dumps(runtime), transcript="training-runtime")
     assert created.returncode == 0, created.stderr
-    deadline = time.monotonic() + 20
-    while (after := dry_run()).returncode != 0 and time.monotonic() < deadline:
-        time.sleep(0.2)  # the webhook's watch delivers the new runtime within moments
-    assert after.returncode == 0, f"the webhook never saw the runtime:\n{after.stderr}"
+    after = _wait_for_runtime(dry_run)
+    assert after.returncode == 0 and "trainjob-runtime" not in after.stderr, (
+        f"the webhook never saw the runtime:\n{after.stderr}"
+    )
 
     files = []
     for number, document in enumerate((runtime, trainjob)):
@@ -763,6 +797,138 @@ def test_a_training_runtime_reaches_the_webhook_as_it_reaches_the_cli(admission:
     stored = admission.get(trainjob)
     assert stored is not None
     assert patch_not_kept(trainjob, records[1]["patch"], stored) == []
+
+
+def _wait_for_runtime(dry_run: Any) -> Any:
+    """Dry-run until the webhook's cache knows the TrainJob's runtime (its watch delivers it within
+    moments); returns the last answer."""
+    deadline = time.monotonic() + 20
+    while "trainjob-runtime" in (result := dry_run()).stderr and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return result
+
+
+def _gpu_runtime(name: str) -> dict[str, Any]:
+    """A ClusterTrainingRuntime with a coscheduling gang and no topology: trainguard must add one."""
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": name},
+        "spec": {
+            "mlPolicy": {"numNodes": 2, "torch": {}},
+            "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 120}},
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "template": {
+                                "metadata": {
+                                    "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+                                },
+                                "spec": {
+                                    "template": {
+                                        "spec": {
+                                            "containers": [
+                                                {
+                                                    "name": "node",
+                                                    "image": "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+                                                    "command": ["torchrun", "train.py"],
+                                                    "resources": {"limits": {"nvidia.com/gpu": 8}},
+                                                }
+                                            ]
+                                        }
+                                    }
+                                },
+                            },
+                        }
+                    ]
+                }
+            },
+        },
+    }
+
+
+def _trainjob(name: str, runtime: str, patches: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runtimeRef": {"name": runtime}, "trainer": {"numNodes": 4}}
+    if patches:
+        spec["runtimePatches"] = patches
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": OTHER_NS},
+        "spec": spec,
+    }
+
+
+def _pod_patch(manager: str, metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = {"metadata": metadata, "spec": spec} if spec else {"metadata": metadata}
+    return {
+        "manager": manager,
+        "trainingRuntimeSpec": {
+            "template": {
+                "spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": pod}}}]}
+            }
+        },
+    }
+
+
+def test_trainjob_topology_is_a_runtime_patch_the_api_server_keeps(admission: Admission) -> None:
+    """A TrainJob has no pod templates: trainguard writes its topology as a runtimePatches entry of
+    its own manager, beside the entries of other managers, and reads theirs as constraints. The CLI
+    and the API server (with the upstream TrainJob CRD's schema) must agree on all of it."""
+    runtime = _gpu_runtime("tg-torch-no-topology-e2e")
+    placement = _pod_patch(
+        "platform.example.com/placement",
+        {"labels": {"team": "vision"}},
+        {"nodeSelector": {POOL_KEY: "training"}},
+    )
+    tas = _pod_patch(
+        "platform.example.com/topology",
+        {"annotations": {"kueue.x-k8s.io/podset-preferred-topology": RACK_KEY}},
+        {},
+    )
+    plain = _trainjob("tg-trainjob-patched", runtime["metadata"]["name"], [placement])
+    constrained = _trainjob("tg-trainjob-constrained", runtime["metadata"]["name"], [tas])
+    created = admission.kubectl("create", "-f", "-", input=json.dumps(runtime), transcript="trainjob-patches")
+    assert created.returncode == 0, created.stderr
+    after = _wait_for_runtime(
+        lambda: admission.kubectl(
+            "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(plain)
+        )
+    )
+    assert "trainjob-runtime" not in after.stderr, f"the webhook never saw the runtime:\n{after.stderr}"
+
+    files = []
+    for number, document in enumerate((runtime, plain, constrained)):
+        files.append(admission.workdir / f"trainjob-patches-{number}.json")
+        files[-1].write_text(json.dumps(document), encoding="utf-8")
+    records = {r["name"]: r for r in admission.check(files, OTHER_NS)["results"]}
+    for trainjob in (plain, constrained):
+        record = records[trainjob["metadata"]["name"]]
+        assert record["allowed"], cli_denial_parts(record)
+        result = admission.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(trainjob))
+        assert result.returncode == 0, f"the API server refused the patched TrainJob:\n{result.stderr}"
+        assert trainguard_warnings(result.stderr) == cli_warnings(record)
+        stored = admission.get(trainjob)
+        assert stored is not None
+        assert patch_not_kept(trainjob, record["patch"], stored) == []
+        managers = [p["manager"] for p in stored["spec"]["runtimePatches"]]
+        if trainjob is plain:
+            assert managers == ["platform.example.com/placement", "trainguard.dev/webhook"]
+            (ours,) = [
+                p for p in stored["spec"]["runtimePatches"] if p["manager"] == "trainguard.dev/webhook"
+            ]
+            (job,) = ours["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+            pod = job["template"]["spec"]["template"]
+            assert job["name"] == "node"
+            assert pod["metadata"]["labels"] == {"trainguard.dev/workload": "tg-trainjob-patched"}
+            term = pod["spec"]["affinity"]["podAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][
+                0
+            ]
+            assert term["podAffinityTerm"]["topologyKey"] == RACK_KEY
+        else:
+            assert managers == ["platform.example.com/topology"], "its own patch already constrains it"
 
 
 def test_a_policy_exception_object_exempts_until_deleted(admission: Admission) -> None:

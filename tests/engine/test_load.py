@@ -15,10 +15,10 @@ BACKENDS = ["cel-expr-python", "cel-python"]
 SHIPPED = {
     "gang-required", "min-available", "torchrun-consistency", "checkpoint-required", "pool-separation",
     "topology-slo", "recovery-policy", "queue-immutable", "mutate-queue", "mutate-priority",
-    "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env",
+    "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env", "trainjob-runtime",
     "mutate-resume-gate", "mutate-resume-priority", "resume-settings", "checkpoint-interval-advice",
 }  # fmt: skip
-WARN = {"recovery-policy", "resume-settings", "checkpoint-interval-advice"}
+WARN = {"recovery-policy", "trainjob-runtime", "resume-settings", "checkpoint-interval-advice"}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

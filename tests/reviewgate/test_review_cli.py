@@ -234,8 +234,9 @@ def test_junit_has_a_suite_per_file_and_a_case_per_workload_and_validating_polic
     cases = root.findall(".//testcase")
     assert len(cases) == workloads * validating == int(root.get("tests"))
     failures = [c for c in cases if c.find("failure") is not None]
-    # bare pod: gang; elastic: checkpoint; no-gang: gang; sneaky: pool, torchrun; mixed: checkpoint, pool
-    assert len(failures) == int(root.get("failures")) == 7
+    # bare pod: gang, topology (no pod group to keep together); elastic: checkpoint; no-gang: gang;
+    # sneaky: pool, torchrun; mixed: checkpoint, pool
+    assert len(failures) == int(root.get("failures")) == 8
     names = {c.get("name") for c in failures}
     assert "JobSet/team-c/spot-on-serving :: pool-separation" in names
     assert "PyTorchJob/team-a/no-gang :: gang-required" in names
@@ -578,3 +579,11 @@ def test_exempted_finding_is_reported_with_its_exception(policies) -> None:
     assert report.reviews[0].decision.allowed
     # The gang answer still tells the truth about the object.
     assert answer(report, "legacy-job", "gang").verdict == "needs attention"
+
+
+def test_inference_is_shown_without_a_training_class(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out = review(capsys, str(REPO / "deploy/examples/lws-inference.yaml"))
+    assert code == 0
+    assert "| `serving/vllm-70b` | LeaderWorkerSet | – | guaranteed |" in out
+    assert "role inference · tier **guaranteed** (default for inference)" in out
+    assert "class B" not in out

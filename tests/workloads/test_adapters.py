@@ -245,7 +245,7 @@ CASES = [
     ),
     pytest.param(
         _pytorchjob(spec={"elasticPolicy": {"minReplicas": 2, "maxReplicas": 6}}),
-        {"klass": "C", "elastic": ElasticRange(3, 7, "spec.elasticPolicy.minReplicas")},
+        {"klass": "C", "elastic": ElasticRange(3, 7, "spec.elasticPolicy.minReplicas", fixed=1)},
         id="pytorchjob-elastic-range-counts-the-master",
     ),
     pytest.param(
@@ -324,7 +324,9 @@ CASES = [
         """,
         {
             "klass": "C",
-            "elastic": ElasticRange(2, 4, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]"),
+            "elastic": ElasticRange(
+                2, 4, "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0]", launcher=True
+            ),
             "groups[0].containers[0].torchrun.nnodes_min": 2,
             "groups[0].containers[0].torchrun.nproc_per_node_int": 8,
         },
@@ -844,7 +846,7 @@ CASES = [
         {
             "klass": "C",
             "total_pods": 2,
-            "elastic": ElasticRange(2, 6, "spec.rayClusterSpec.workerGroupSpecs[0].minReplicas"),
+            "elastic": ElasticRange(2, 6, "spec.rayClusterSpec.workerGroupSpecs[0].minReplicas", fixed=1),
             "gang.mechanisms": ("kueue",),
             "restarts.bound": 2,
             "restarts.field": "spec.backoffLimit",
@@ -1091,7 +1093,8 @@ CASES = [
             "groups[0].name": "pod",
             "groups[0].template_pointer": "",
             "groups[0].containers[0].pointer": "/spec/containers/0",
-            "gang.mechanisms": ("kueue",),
+            "gang.mechanisms": (),
+            "gang.queue_name": "q",
             "owner": None,
             "kueue_managed": False,
             "suspend_path": None,
@@ -1131,7 +1134,7 @@ CASES = [
               image: x
               command: [bash, -c, "torchrun --nnodes=2:4 --rdzv-backend=c10d train.py"]
         """,
-        {"klass": "C", "total_pods": 4, "elastic": ElasticRange(2, 4, "spec.containers[0]")},
+        {"klass": "C", "total_pods": 4, "elastic": ElasticRange(2, 4, "spec.containers[0]", launcher=True)},
         id="pod-bare-torchrun-elastic-class-c",
     ),
     pytest.param(
@@ -1160,7 +1163,7 @@ CASES = [
             "klass": "B",
             "total_pods": 3,
             "total_gpus": 6,
-            "gang.mechanisms": ("kueue", "kueue-pod-group"),
+            "gang.mechanisms": ("kueue-pod-group",),
             "gang.min_available": 3,
             "gang.min_field": "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
         },
@@ -1372,6 +1375,250 @@ CASES = [
 ]
 
 
+# Gang, group identity and TrainJob runtimePatches: how each scheduler actually gangs pods.
+CASES += [
+    pytest.param(
+        """
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: node-0
+          labels: {kueue.x-k8s.io/queue-name: q, scheduling.x-k8s.io/pod-group: run-1}
+        spec:
+          containers: [{name: t, image: x, command: [torchrun, --nnodes=2, train.py]}]
+        """,
+        {"gang.mechanisms": ("coscheduling",), "gang.group_name": "run-1", "group_identity": "run-1"},
+        id="pod-coscheduling-group-names-the-pods",
+    ),
+    pytest.param(
+        """
+        apiVersion: v1
+        kind: Pod
+        metadata: {name: node-0, labels: {kueue.x-k8s.io/queue-name: q}}
+        spec:
+          containers: [{name: t, image: x, command: [torchrun, --nnodes=2, train.py]}]
+        """,
+        {"gang.mechanisms": (), "gang.group_name": None, "group_identity": "", "klass": "B"},
+        id="pod-without-a-group-has-no-identity-to-share",
+    ),
+    pytest.param(
+        """
+        apiVersion: v1
+        kind: Pod
+        metadata:
+          name: worker-0
+          labels: {training.kubeflow.org/job-name: ddp, scheduling.x-k8s.io/pod-group: ddp}
+        spec:
+          containers: [{name: t, image: x}]
+        """,
+        {"gang.group_name": None, "group_identity": "worker-0"},
+        id="pod-of-a-controller-keeps-its-own-identity",
+    ),
+    pytest.param(
+        """
+        apiVersion: kubeflow.org/v1
+        kind: MPIJob
+        metadata: {name: m, labels: {kueue.x-k8s.io/queue-name: q}}
+        spec:
+          mpiReplicaSpecs:
+            Launcher: {template: {spec: {containers: [{name: l, image: x}]}}}
+            Worker: {replicas: 2, template: {spec: {containers: [{name: w, image: x}]}}}
+        """,
+        {"gang.mechanisms": (), "gang.queue_name": "q"},
+        id="mpijob-v1-queue-label-is-no-gang",
+    ),
+    pytest.param(
+        """
+        apiVersion: jobset.x-k8s.io/v1alpha2
+        kind: JobSet
+        metadata: {name: js}
+        spec:
+          replicatedJobs:
+            - name: idle
+              replicas: 0
+              template: {spec: {template: {spec: {containers: [{name: i, image: x}]}}}}
+            - name: workers
+              replicas: 2
+              template:
+                spec:
+                  template:
+                    metadata: {labels: {scheduling.x-k8s.io/pod-group: js}}
+                    spec: {containers: [{name: w, image: x}]}
+        """,
+        {"gang.mechanisms": ("coscheduling",), "gang.gaps": ()},
+        id="jobset-coscheduling-on-every-template-that-runs-pods",
+    ),
+    pytest.param(
+        """
+        apiVersion: jobset.x-k8s.io/v1alpha2
+        kind: JobSet
+        metadata: {name: js}
+        spec:
+          replicatedJobs:
+            - name: driver
+              template: {spec: {template: {spec: {containers: [{name: d, image: x}]}}}}
+            - name: workers
+              replicas: 2
+              template:
+                spec:
+                  template:
+                    metadata: {labels: {scheduling.x-k8s.io/pod-group: js}}
+                    spec: {containers: [{name: w, image: x}]}
+        """,
+        {
+            "gang.mechanisms": (),
+            "gang.gaps": (
+                {
+                    "group": "driver",
+                    "field": "spec.replicatedJobs[0].template.spec.template.metadata.labels",
+                    "problem": "lacks label scheduling.x-k8s.io/pod-group that the other templates carry",
+                },
+            ),
+        },
+        id="jobset-template-without-the-coscheduling-label-is-a-gap",
+    ),
+    pytest.param(
+        """
+        apiVersion: batch.volcano.sh/v1alpha1
+        kind: Job
+        metadata: {name: vj}
+        spec:
+          minAvailable: 3
+          tasks:
+            - {name: ps, replicas: 1, template: {spec: {schedulerName: default-scheduler, containers: [{name: p, image: x}]}}}
+            - {name: worker, replicas: 2, template: {spec: {containers: [{name: w, image: x}]}}}
+        """,
+        {
+            "gang.mechanisms": (),
+            "gang.min_available": 3,
+            "gang.gaps[0].field": "spec.tasks[0].template.spec.schedulerName",
+        },
+        id="volcano-task-pinning-default-scheduler-escapes",
+    ),
+    pytest.param(
+        """
+        apiVersion: batch.volcano.sh/v1alpha1
+        kind: Job
+        metadata: {name: vj}
+        spec:
+          minAvailable: 3
+          tasks:
+            - {name: ps, replicas: 1, template: {spec: {schedulerName: volcano, containers: [{name: p, image: x}]}}}
+            - {name: worker, replicas: 2, template: {spec: {containers: [{name: w, image: x}]}}}
+        """,
+        {"gang.mechanisms": ("volcano",), "gang.gaps": ()},
+        id="volcano-task-naming-volcano-stays-in-the-gang",
+    ),
+    pytest.param(
+        """
+        apiVersion: kubeflow.org/v1
+        kind: PyTorchJob
+        metadata: {name: p}
+        spec:
+          pytorchReplicaSpecs:
+            Master: {template: {spec: {schedulerName: volcano, containers: [{name: m, image: x}]}}}
+            Worker:
+              replicas: 2
+              template: {spec: {schedulerName: default-scheduler, containers: [{name: w, image: x}]}}
+        """,
+        {"gang.mechanisms": (), "gang.gaps[0].group": "Worker"},
+        id="pytorchjob-worker-pinning-another-scheduler-escapes-volcano",
+    ),
+    pytest.param(
+        """
+        apiVersion: trainer.kubeflow.org/v1alpha1
+        kind: TrainJob
+        metadata: {name: tj, namespace: default}
+        spec:
+          runtimeRef: {name: torch-gang}
+          trainer: {numNodes: 4}
+          runtimePatches:
+            - manager: kueue.x-k8s.io/manager
+              trainingRuntimeSpec:
+                template:
+                  metadata:
+                    annotations: {alpha.jobset.sigs.k8s.io/exclusive-topology: example.com/block}
+                  spec:
+                    replicatedJobs:
+                      - name: node
+                        template:
+                          spec:
+                            template:
+                              metadata:
+                                annotations: {kueue.x-k8s.io/podset-preferred-topology: example.com/rack}
+                              spec:
+                                affinity:
+                                  podAffinity:
+                                    requiredDuringSchedulingIgnoredDuringExecution:
+                                      - {labelSelector: {matchLabels: {a: b}}, topologyKey: example.com/host}
+        """,
+        {
+            "unknown_runtime": None,
+            # The runtime's own two constraints, then the three the Kueue-managed patch adds.
+            "topology.constraints": (
+                TopologyConstraint("kueue-tas-preferred", "example.com/rack", False, "node"),
+                TopologyConstraint("volcano-network-topology", "2", True, None),
+                TopologyConstraint("jobset-exclusive-topology", "example.com/block", True, None),
+                TopologyConstraint("kueue-tas-preferred", "example.com/rack", False, "node"),
+                TopologyConstraint("pod-affinity", "example.com/host", True, "node"),
+            ),
+        },
+        id="trainjob-runtime-patches-are-constraints",
+    ),
+    pytest.param(
+        """
+        apiVersion: trainer.kubeflow.org/v1alpha1
+        kind: TrainJob
+        metadata: {name: tj}
+        spec:
+          runtimeRef: {name: nowhere, kind: TrainingRuntime}
+          trainer: {numNodes: 2, resourcesPerNode: {limits: {nvidia.com/gpu: 4}}}
+        """,
+        {"unknown_runtime": "TrainingRuntime/nowhere", "total_gpus": 8, "groups[0].name": "node"},
+        id="trainjob-unknown-runtime-is-named",
+    ),
+    pytest.param(
+        """
+        apiVersion: trainer.kubeflow.org/v1alpha1
+        kind: TrainJob
+        metadata: {name: tj}
+        spec:
+          runtimeRef: {name: nowhere}
+          runtimePatches:
+            - manager: kueue.x-k8s.io/manager
+              trainingRuntimeSpec:
+                template:
+                  spec:
+                    replicatedJobs:
+                      - name: node
+                        template:
+                          spec:
+                            template:
+                              spec:
+                                nodeSelector: {trainguard.dev/pool: training}
+                                tolerations: [{key: trainguard.dev/pool, operator: Exists}]
+        """,
+        {
+            "pool_targets": (
+                {
+                    "pool": "training",
+                    "field": "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
+                    ".template.spec.template.spec.nodeSelector",
+                    "via": "nodeSelector",
+                },
+                {
+                    "pool": "*",
+                    "field": "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
+                    ".template.spec.template.spec.tolerations[0]",
+                    "via": "toleration",
+                },
+            )
+        },
+        id="trainjob-runtime-patches-target-pools",
+    ),
+]
+
+
 @pytest.mark.parametrize(("manifest", "expected"), CASES)
 def test_adapter(manifest: str | dict[str, Any], expected: dict[str, Any]) -> None:
     w = _build(manifest)
@@ -1504,6 +1751,20 @@ def test_not_a_workload(obj: dict[str, Any]) -> None:
             "spec.tasks",
             "list",
             id="volcano-tasks-not-a-list",
+        ),
+        pytest.param(
+            "{apiVersion: v1, kind: Pod, metadata: {name: p, labels: {kueue.x-k8s.io/pod-group-name: g}},"
+            " spec: {containers: [{name: t, image: x}]}}",
+            "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
+            "is 'g' but annotation kueue.x-k8s.io/pod-group-total-count is missing: Kueue refuses",
+            id="kueue-pod-group-without-its-count",
+        ),
+        pytest.param(
+            "{apiVersion: trainer.kubeflow.org/v1alpha1, kind: TrainJob, metadata: {name: t},"
+            " spec: {runtimeRef: {name: r}, runtimePatches: [{manager: m, trainingRuntimeSpec: {template: []}}]}}",
+            "spec.runtimePatches[0].trainingRuntimeSpec.template",
+            "mapping",
+            id="trainjob-runtime-patch-template-not-a-mapping",
         ),
     ],
 )

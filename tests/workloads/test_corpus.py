@@ -215,7 +215,7 @@ def test_template_and_container_pointers_resolve(key: str) -> None:
         pytest.param(
             "kueue/kueue-pod-group.yaml#1", "gang.min_available", 2, id="kueue-pod-group-total-count"
         ),
-        pytest.param("kueue/kueue-pod.yaml#1", "gang.mechanisms", ("kueue",), id="kueue-pod-queue-label"),
+        pytest.param("kueue/kueue-pod.yaml#1", "gang.mechanisms", (), id="kueue-pod-queue-label-is-no-gang"),
         pytest.param(
             "kubeflow-trainer-v2/04-volcano-integration.yaml#2",
             "gang.mechanisms",

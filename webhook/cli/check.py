@@ -9,16 +9,17 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook.cli import EXIT_ALLOWED, EXIT_DENIED
+from webhook.cli import EXIT_ALLOWED, EXIT_DENIED, EXIT_ERROR
 from webhook.cli._common import (
     add_engine_args,
     build_engine,
-    decide_all,
-    load_inputs,
+    decide_document,
     load_policy_exceptions,
 )
-from webhook.documents import Document
-from webhook.engine import Decision
+from webhook.config import load_config
+from webhook.documents import Document, collect_manifests
+from webhook.engine import Decision, Engine, default_policies_dir, load_policy_set
+from webhook.errors import InputError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,8 +27,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "check",
         help="decide manifest files as the admission webhook would (dry run)",
         description="Decide every object in the given files as the admission webhook would: mutate, "
-        "then validate the mutated object. Exit 0 when all are admitted, 1 when any is denied, "
-        "2 on bad input, policies or config.",
+        "then validate the mutated object. Every readable document is decided and every unreadable "
+        "one reported (file, document, line). Exit 0 when all are admitted, 1 when any is denied, "
+        "2 when any input could not be read or decided, or on bad policies or config.",
     )
     p.add_argument(
         "paths",
@@ -69,7 +71,17 @@ def result_record(doc: Document, decision: Decision) -> dict[str, Any]:
     }
 
 
-def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
+def error_record(exc: InputError) -> dict[str, Any]:
+    return {
+        "source": exc.source,
+        "document": exc.document,
+        "line": exc.line,
+        "field": exc.field,
+        "message": exc.message,
+    }
+
+
+def summary(records: list[dict[str, Any]], errors: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     workloads = [r for r in records if r["class"] is not None]
     return {
         "documents": len(records),
@@ -78,11 +90,12 @@ def summary(records: list[dict[str, Any]]) -> dict[str, Any]:
         "denied": sum(1 for r in records if not r["allowed"]),
         "warnings": sum(len(r["warnings"]) for r in records),
         "mutated": sum(1 for r in records if r["patch"]),
+        "errors": len(errors or ()),
         "classes": {c: sum(1 for r in workloads if r["class"] == c) for c in ("A", "B", "C")},
     }
 
 
-def _table(records: list[dict[str, Any]], out: Any) -> None:
+def _table(records: list[dict[str, Any]], errors: list[dict[str, Any]], out: Any) -> None:
     rows = [
         (
             r["source"],
@@ -93,6 +106,16 @@ def _table(records: list[dict[str, Any]], out: Any) -> None:
             ("ADMITTED" if r["allowed"] else "DENIED") if r["class"] else "not decided",
         )
         for r in records
+    ] + [
+        (
+            _where(e),
+            "-",
+            "-",
+            "-",
+            "-",
+            "ERROR",
+        )
+        for e in errors
     ]
     headers = ("SOURCE", "KIND", "NAME", "CLASS", "TIER", "DECISION")
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(headers)]
@@ -101,7 +124,7 @@ def _table(records: list[dict[str, Any]], out: Any) -> None:
         return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     out.write(line(headers) + "\n")
-    for r, row in zip(records, rows, strict=True):
+    for r, row in zip(records, rows, strict=False):
         out.write(line(row) + "\n")
         for v in r["violations"]:
             out.write(f"    deny  {v['policy']}: {v['message']}\n")
@@ -114,25 +137,62 @@ def _table(records: list[dict[str, Any]], out: Any) -> None:
         if r["patch"]:
             paths = ", ".join(sorted({op["path"] for op in r["patch"]}))
             out.write(f"    patch {len(r['patch'])} operation(s): {paths}\n")
-    s = summary(records)
+    for e, row in zip(errors, rows[len(records) :], strict=True):
+        out.write(line(row) + "\n")
+        where = f"line {e['line']}" if e["line"] is not None else ""
+        if e["field"]:
+            where = f"{where}, field {e['field']}" if where else f"field {e['field']}"
+        out.write(f"    error {where + ': ' if where else ''}{e['message']}\n")
+    s = summary(records, errors)
     out.write(
         f"\n{s['documents']} documents, {s['workloads']} workloads: {s['allowed']} admitted, "
-        f"{s['denied']} denied, {s['warnings']} warnings, {s['mutated']} mutated\n"
+        f"{s['denied']} denied, {s['warnings']} warnings, {s['mutated']} mutated"
+        + (f", {s['errors']} errors" if errors else "")
+        + "\n"
     )
 
 
+def _where(e: dict[str, Any]) -> str:
+    source = e["source"] or "<input>"
+    return f"{source}#{e['document']}" if e["document"] is not None else source
+
+
 def run(args: argparse.Namespace) -> int:
-    config, policies, docs = load_inputs(args)
+    config = load_config(args.config)
+    policies = load_policy_set(args.policies or [default_policies_dir()], args.cel)
+    found = collect_manifests(args.paths, stdin=sys.stdin)
+    docs = found.documents
+    errors = list(found.errors)
     engine = build_engine(policies, config, docs, load_policy_exceptions(args, policies))
-    decisions = decide_all(engine, docs, args.namespace)
-    records = [result_record(doc, d) for doc, d in zip(docs, decisions, strict=True)]
+    records = []
+    for doc in docs:
+        try:
+            decision = _decide(engine, doc, args.namespace)
+        except InputError as exc:
+            errors.append(exc)
+            continue
+        records.append(result_record(doc, decision))
+    error_records = [error_record(e) for e in errors]
+    for e in errors:
+        print(f"trainguard: error: {e.describe()}", file=sys.stderr)
     if args.output == "json":
-        sys.stdout.buffer.write(
-            orjson.dumps({"results": records, "summary": summary(records)}, option=orjson.OPT_INDENT_2)
-        )
+        out = {"results": records, "errors": error_records, "summary": summary(records, error_records)}
+        sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2))
         sys.stdout.write("\n")
     elif args.output == "yaml":
-        yaml.safe_dump({"results": records, "summary": summary(records)}, sys.stdout, sort_keys=False)
+        out = {"results": records, "errors": error_records, "summary": summary(records, error_records)}
+        yaml.safe_dump(out, sys.stdout, sort_keys=False)
     else:
-        _table(records, sys.stdout)
+        _table(records, error_records, sys.stdout)
+    if errors:
+        return EXIT_ERROR
     return EXIT_ALLOWED if all(r["allowed"] for r in records) else EXIT_DENIED
+
+
+def _decide(engine: Engine, doc: Document, namespace: str) -> Decision:
+    """One document's decision; input too deep or too large to decide is that document's error."""
+    try:
+        return decide_document(engine, doc, namespace)
+    except (RecursionError, MemoryError) as exc:
+        what = "nested too deeply" if isinstance(exc, RecursionError) else "too large"
+        raise InputError(f"{what} to decide", source=doc.path, document=doc.index, line=doc.line) from None

@@ -55,7 +55,7 @@ def _summary_table(report: Report) -> list[str]:
         w = r.workload
         name = code(f"{r.namespace}/{w.name}", cell=True)
         rows.append(
-            f"| {name} | {kind_label(w)} | {w.klass} | {w.tier} | {w.total_pods} | {w.total_gpus} "
+            f"| {name} | {kind_label(w)} | {class_cell(w)} | {w.tier} | {w.total_pods} | {w.total_gpus} "
             f"| {DECISIONS[r.outcome]} |"
         )
     return rows
@@ -67,7 +67,7 @@ def _section(r: WorkloadReview) -> list[str]:
     out = [
         f"### {icon} {kind_label(w)} {code(f'{r.namespace}/{w.name}')}",
         "",
-        f"{code(r.doc.path)} line {r.doc.line} · role {w.role} · class **{w.klass}** · tier **{w.tier}** "
+        f"{code(r.doc.path)} line {r.doc.line} · role {w.role}{_class_part(w)} · tier **{w.tier}** "
         f"({tier_source(w)}) · {_count(w.total_pods, 'pod')} · {_count(w.total_gpus, 'GPU')}",
         "",
         "#### Review questions",
@@ -87,6 +87,15 @@ def _section(r: WorkloadReview) -> list[str]:
     else:
         out.append("None: admitted as written.")
     return out
+
+
+def class_cell(w: Workload) -> str:
+    """The class for training; inference has none (A/B/C describe how a training job gangs)."""
+    return w.klass if w.role == "training" else "–"
+
+
+def _class_part(w: Workload) -> str:
+    return f" · class **{w.klass}**" if w.role == "training" else ""
 
 
 def kind_label(w: Workload) -> str:

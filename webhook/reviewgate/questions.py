@@ -232,7 +232,10 @@ def gang(f: Facts) -> Answer:
     if w.role == "inference":
         said = f"gang: {mechanisms}" if mechanisms else "no gang mechanism declared"
         return _answer(
-            "gang", NA, f"Inference {shape}; {said}. The platform requires gangs for training only.", evidence
+            "gang",
+            NA,
+            f"Inference, {_pods(w.total_pods)}; {said}. The platform requires gangs for training only.",
+            evidence,
         )
     if not w.gang.mechanisms:
         return _answer(
@@ -522,7 +525,7 @@ def tier_source(w: Workload) -> str:
         "priority-class": f"from priority class {w.priority_class}"
         if w.priority_class
         else "from the Kueue priority class",
-        "default": f"default for class {w.klass}",
+        "default": f"default for class {w.klass}" if w.role == "training" else "default for inference",
         "label-invalid": f"invalid label {TIER_LABEL}",
     }.get(w.tier_source, w.tier_source)
 

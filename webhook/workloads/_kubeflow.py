@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from webhook.workloads.classify import gang_scheduler_gaps
 from webhook.workloads.common import Draft, count, escape, mapping, optional_count, text
 from webhook.workloads.model import Restarts
 from webhook.workloads.podtemplate import read_template
@@ -38,7 +39,7 @@ def read_run_policy(d: Draft) -> None:
     minimum = optional_count(sp.get("minAvailable"), where)
     if minimum is not None:
         d.gang("scheduling-policy", minimum, where)
-    if any(g.scheduler_name == "volcano" for g in d.groups):
+    if any(g.scheduler_name == "volcano" for g in d.groups) and gang_scheduler_gaps(d, "volcano"):
         d.gang("volcano")
     if not any(g.priority_class_name for g in d.groups):
         d.priority_class = text(sp.get("priorityClass"))

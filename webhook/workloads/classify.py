@@ -16,6 +16,7 @@ from webhook.config import PlatformConfig
 from webhook.fields import pointer_to_path
 from webhook.kinds import Role
 from webhook.workloads.common import (
+    COSCHEDULING_LABEL,
     KUEUE_PRIORITY_LABEL,
     ROLE_LABEL,
     TIER_LABEL,
@@ -24,6 +25,7 @@ from webhook.workloads.common import (
     Draft,
     at,
     best_effort,
+    join,
     parse_checkpoint,
     pool_targets,
 )
@@ -89,11 +91,66 @@ def torchrun_elastic(groups: list[PodGroup]) -> ElasticRange | None:
             t = c.torchrun
             lo, hi = (t.nnodes_min, t.nnodes_max) if t is not None else (None, None)
             if lo is not None and hi is not None and lo < hi:
-                return ElasticRange(lo, hi, pointer_to_path(c.pointer))
+                return ElasticRange(lo, hi, pointer_to_path(c.pointer), launcher=True)
     return None
 
 
+def template_field(d: Draft, index: int, suffix: str) -> str:
+    """Dotted path of `suffix` in the index-th pod template, prefixed by its object when elsewhere."""
+    source, pointer = d.sources[index]
+    path = join(pointer_to_path(pointer), suffix)
+    return f"{source}:{path}" if source else path
+
+
+def coscheduling(d: Draft) -> None:
+    """scheduler-plugins gangs pods, whatever created them: a gang only when every template joins.
+
+    Templates that stamp out no pods do not count. When some templates carry the label and others
+    do not, the others escape the gang: each is recorded as a gap naming the template and what it lacks.
+    """
+    live = [i for i, g in enumerate(d.groups) if g.replicas > 0]
+    labelled = {i for i in live if d.groups[i].labels.get(COSCHEDULING_LABEL)}
+    if not labelled:
+        return
+    if len(labelled) == len(live):
+        d.gang("coscheduling")
+        return
+    for i in live:
+        if i not in labelled:
+            d.gaps.append(
+                {
+                    "group": d.groups[i].name,
+                    "field": template_field(d, i, "metadata.labels"),
+                    "problem": f"lacks label {COSCHEDULING_LABEL} that the other templates carry",
+                }
+            )
+
+
+def gang_scheduler_gaps(d: Draft, scheduler: str) -> bool:
+    """Record templates that pin another scheduler than the gang's; True when none does.
+
+    A gang scheduler fills in its name only where a template names none: a template that pins
+    another (default-scheduler) is placed outside the gang.
+    """
+    clean = True
+    for i, g in enumerate(d.groups):
+        name = g.scheduler_name
+        if g.replicas > 0 and name and name != scheduler:
+            clean = False
+            d.gaps.append(
+                {
+                    "group": g.name,
+                    "field": template_field(d, i, "spec.schedulerName"),
+                    "problem": (
+                        f"pins {name}, so its pods escape the {scheduler} gang: remove it or set {scheduler}"
+                    ),
+                }
+            )
+    return clean
+
+
 def finish(d: Draft) -> Workload:
+    coscheduling(d)
     groups = tuple(d.groups)
     total_pods = d.total_pods
     if total_pods is None:
@@ -134,7 +191,9 @@ def finish(d: Draft) -> Workload:
         groups=groups,
         total_pods=total_pods,
         total_gpus=total_gpus,
-        gang=Gang(tuple(d.mechanisms), d.min_available, d.min_field, d.queue_name),
+        gang=Gang(
+            tuple(d.mechanisms), d.min_available, d.min_field, d.queue_name, d.group_name, tuple(d.gaps)
+        ),
         elastic=elastic,
         checkpoint=parse_checkpoint(d.annotations),
         topology=Topology(tuple(d.constraints), best_effort(d.labels, d.annotations)),
@@ -147,4 +206,5 @@ def finish(d: Draft) -> Workload:
         priority_class=priority_class,
         owner=d.owner,
         kueue_managed=d.kueue_managed,
+        unknown_runtime=d.unknown_runtime,
     )

@@ -49,6 +49,9 @@ TAS_UNCONSTRAINED = "kueue.x-k8s.io/podset-unconstrained-topology"
 TAS_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
 TAS_SLICE_CONSTRAINTS = "kueue.x-k8s.io/podset-slice-required-topology-constraints"
 
+# scheduler-plugins coscheduling: pods join the PodGroup named by this label.
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+
 VALID_CLASSES: frozenset[str] = frozenset(("A", "B", "C"))
 VALID_ROLES: frozenset[str] = frozenset(("training", "inference"))
 VALID_TIERS: frozenset[str] = frozenset(("guaranteed", "preemptible"))
@@ -188,6 +191,18 @@ def job_pods(job_spec: dict[str, Any], where: str) -> int:
     return min(parallelism, completions) if completions is not None else parallelism
 
 
+def kueue_gangs(info: KindInfo, api_version: str) -> bool:
+    """Whether a Kueue queue label admits this kind as one whole workload.
+
+    Kueue has no Volcano Job integration, integrates mpi-operator's kubeflow.org/v2beta1 MPIJob but
+    not the training operator's v1, and makes every labelled bare Pod its own one-pod Workload: only
+    a pod group (read by the Pod adapter) gangs bare pods.
+    """
+    if info.group == "batch.volcano.sh" or info.kind == "Pod":
+        return False
+    return not (info.kind == "MPIJob" and api_version == "kubeflow.org/v1")
+
+
 # --------------------------------------------------------------------------------------------
 # The Draft
 
@@ -224,6 +239,10 @@ class Draft:
     role: Role | None = None
     owner: Owner | None = None
     kueue_managed: bool = False
+    group_name: str | None = None  # a bare pod's group
+    patch_pool_targets: list[dict[str, str]] = field(default_factory=list)  # from TrainJob runtimePatches
+    gaps: list[dict[str, str]] = field(default_factory=list)
+    unknown_runtime: str | None = None
 
     @classmethod
     def start(cls, obj: dict[str, Any], ctx: AdaptContext, info: KindInfo) -> Draft:
@@ -236,8 +255,9 @@ class Draft:
         d = cls(obj, ctx, info, name, namespace, labels, annotations, spec)
         queue = labels.get(QUEUE_LABEL)
         if queue and info.group != "batch.volcano.sh":  # Kueue has no Volcano Job integration
-            d.gang("kueue")
             d.queue_name = queue
+            if kueue_gangs(info, text(obj.get("apiVersion")) or ""):
+                d.gang("kueue")
         return d
 
     def gang(self, mechanism: str, minimum: int | None = None, where: str | None = None) -> None:
@@ -336,29 +356,9 @@ def pool_targets(d: Draft) -> tuple[dict[str, str], ...]:
     for group, (source, pointer) in zip(d.groups, d.sources, strict=True):
         if not (group.node_selector or group.required_node_terms or group.tolerations):
             continue
-        hits: list[tuple[str, str, str]] = []  # (pool, field suffix, via)
-        value = group.node_selector.get(label_key)
-        if value is not None:
-            hits.append((value, "spec.nodeSelector", "nodeSelector"))
-        for t, term in enumerate(group.required_node_terms):
-            for e, expr in enumerate(term):
-                if expr.get("key") == label_key and expr.get("operator") == "In":
-                    suffix = (
-                        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-                        f".nodeSelectorTerms[{t}].matchExpressions[{e}]"
-                    )
-                    for v in expr.get("values") or ():
-                        hits.append((str(v), suffix, "affinity"))
-        for i, tol in enumerate(group.tolerations):
-            key = tol.get("key")
-            op = tol.get("operator") or "Equal"
-            if key == taint_key:
-                pool = "*" if op == "Exists" or tol.get("value") is None else str(tol.get("value"))
-            elif not key and op == "Exists":
-                pool = "*"  # tolerates every taint, the pool taints included
-            else:
-                continue
-            hits.append((pool, f"spec.tolerations[{i}]", "toleration"))
+        hits = pool_hits(
+            group.node_selector, group.required_node_terms, group.tolerations, label_key, taint_key
+        )
         if hits:
             base = pointer_to_path(pointer)
             for pool, suffix, via in hits:
@@ -366,4 +366,38 @@ def pool_targets(d: Draft) -> tuple[dict[str, str], ...]:
                 if source is not None:
                     entry["object"] = source
                 out.append(entry)
-    return tuple(out)
+    return (*out, *d.patch_pool_targets)
+
+
+def pool_hits(
+    node_selector: dict[str, str],
+    terms: tuple[tuple[dict[str, Any], ...], ...],
+    tolerations: tuple[dict[str, Any], ...],
+    label_key: str,
+    taint_key: str,
+) -> list[tuple[str, str, str]]:
+    """(pool, field suffix in the pod template, via) for each way a pod spec targets a pool."""
+    hits: list[tuple[str, str, str]] = []
+    value = node_selector.get(label_key)
+    if value is not None:
+        hits.append((value, "spec.nodeSelector", "nodeSelector"))
+    for t, term in enumerate(terms):
+        for e, expr in enumerate(term):
+            if expr.get("key") == label_key and expr.get("operator") == "In":
+                suffix = (
+                    "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                    f".nodeSelectorTerms[{t}].matchExpressions[{e}]"
+                )
+                for v in expr.get("values") or ():
+                    hits.append((str(v), suffix, "affinity"))
+    for i, tol in enumerate(tolerations):
+        key = tol.get("key")
+        op = tol.get("operator") or "Equal"
+        if key == taint_key:
+            pool = "*" if op == "Exists" or tol.get("value") is None else str(tol.get("value"))
+        elif not key and op == "Exists":
+            pool = "*"  # tolerates every taint, the pool taints included
+        else:
+            continue
+        hits.append((pool, f"spec.tolerations[{i}]", "toleration"))
+    return hits

@@ -74,6 +74,9 @@ class PodGroup:
     # False when the template is not inside this object (a TrainJob's runtime templates):
     # mutations must not write at template_pointer.
     patchable: bool = True
+    # Where such a template is: "ClusterTrainingRuntime/torch:spec.template.spec.replicatedJobs[1]
+    # .template.spec.template", so that messages name a field the user can find. "" otherwise.
+    source_field: str = field(default="", metadata={"view": False})
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +89,23 @@ class Gang:
     min_available: int | None = None  # declared minimum, if any
     min_field: str | None = None  # dotted field path where the minimum is declared
     queue_name: str | None = None  # Kueue LocalQueue, if labelled
+    # A bare pod's group (Kueue pod-group-name, else the coscheduling or Volcano group name): the
+    # identity its pods share. None for job kinds, whose identity is their own name.
+    group_name: str | None = None
+    # Pod templates that escape a gang the others join: [{"group", "field", "problem"}], where
+    # "problem" says, after the field, what takes the template's pods out of the gang.
+    gaps: tuple[dict[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class ElasticRange:
+    """An elastic range in pods, `fixed` of them outside the elastic replicas (a Master)."""
+
     min: int
     max: int
     field: str  # dotted path of the declaration
+    fixed: int = 0  # pods counted in min and max that the declaration does not count
+    launcher: bool = False  # the range comes from a torchrun launch line, not from the kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +179,24 @@ class Workload:
     priority_class: str | None = None
     owner: Owner | None = None  # set for controller-created pods
     kueue_managed: bool = False  # a Kueue-managed pod: never relabel it
+    # A TrainJob whose (Cluster)TrainingRuntime is not known ("ClusterTrainingRuntime/torch"):
+    # it is decided on what the TrainJob states, and a policy warns about what went unchecked.
+    unknown_runtime: str | None = None
 
     @property
     def member(self) -> bool:
         return self.owner is not None
+
+    @property
+    def group_identity(self) -> str:
+        """What names this workload's pods together (DESIGN, group identity); "" for a lone pod.
+
+        A job's pods share its name. Bare pods share only their pod group: a pod without one is
+        its own group, and an affinity that selects only itself would constrain nothing.
+        """
+        if self.kind == "Pod" and self.owner is None:
+            return self.gang.group_name or ""
+        return self.name
 
     @property
     def torchrun(self) -> tuple[tuple[PodGroup, Container, TorchrunSpec], ...]:
@@ -181,14 +208,19 @@ class Workload:
         Containers carry name, pointer and accelerators, not their raw command line and env
         (those are on `object`; torchrun's parsed facts are in `torchrun`). Besides the fields,
         it carries what policies need to write good messages: each group's
-        `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template." or "" for a Pod) and each
+        `fieldPrefix` ("spec.pytorchReplicaSpecs.Worker.template.", the runtime's template for a
+        TrainJob, "" for a Pod) and each
         torchrun entry's container field path.
         """
         out: dict[str, Any] = _to_view(self)
         out["member"] = self.member
         for group, gv in zip(self.groups, out["groups"], strict=True):
             gv["fieldPrefix"] = (
-                pointer_to_path(group.template_pointer) + "." if group.template_pointer else ""
+                pointer_to_path(group.template_pointer) + "."
+                if group.template_pointer
+                else group.source_field + "."
+                if group.source_field
+                else ""
             )
         out["torchrun"] = [
             {
@@ -208,7 +240,7 @@ class Workload:
             else sum(g.replicas for g in self.groups if g.name in torchrun_groups)
         )
         out["gpuPods"] = sum(g.replicas for g in self.groups if g.gpus_per_pod > 0)
-        out["podLabelValue"] = pod_label_value(self.name)
+        out["podLabelValue"] = pod_label_value(self.group_identity)
         out["suspendField"] = pointer_to_path(self.suspend_path) if self.suspend_path else None
         return out
 

@@ -1,7 +1,9 @@
 """Pod (v1): a bare pod, or a member of a workload that a controller created.
 
 A bare pod may stand for a gang of N: a Kueue pod group (`pod-group-name` + annotation
-`pod-group-total-count`), a coscheduling or Volcano PodGroup, or torchrun `--nnodes N`. Its
+`pod-group-total-count`; a name without a count is refused, as Kueue refuses it), a coscheduling
+or Volcano PodGroup, or torchrun `--nnodes N`. A Kueue queue label alone gangs nothing: Kueue
+makes each such pod its own one-pod Workload. The group's name is the pods' shared identity. Its
 `total_pods` is the declared group size, else torchrun's node count (the maximum when elastic),
 else 1, and its class follows torchrun: MIN < MAX → C, more than one node → B, else A.
 
@@ -18,6 +20,7 @@ from webhook.errors import InputError
 from webhook.fields import pointer_to_path
 from webhook.workloads.common import (
     CLASS_LABEL,
+    COSCHEDULING_LABEL,
     POD_GROUP_NAME,
     POD_GROUP_TOTAL,
     VALID_CLASSES,
@@ -28,7 +31,6 @@ from webhook.workloads.common import (
 from webhook.workloads.model import ElasticRange, Owner, PodGroup, TorchrunSpec, WorkloadClass
 from webhook.workloads.podtemplate import read_template
 
-COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_ANNOTATIONS = ("scheduling.k8s.io/group-name", "scheduling.volcano.sh/group-name")
 KUEUE_MANAGED = "kueue.x-k8s.io/managed"
 KUEUE_PODSET = "kueue.x-k8s.io/podset"
@@ -74,7 +76,7 @@ def adapt(d: Draft) -> None:
         nodes = torchrun.nnodes_max
         lo = torchrun.nnodes_min
         if lo is not None and lo < nodes:
-            d.elastic = ElasticRange(lo, nodes, pointer_to_path(pointer))
+            d.elastic = ElasticRange(lo, nodes, pointer_to_path(pointer), launcher=True)
     if total is None:
         total = nodes
     declared = d.labels.get(CLASS_LABEL) if d.owner is not None else None
@@ -138,20 +140,37 @@ def _kueue_managed(d: Draft) -> bool:
 def _gang(d: Draft) -> int | None:
     """Record the pod's gang mechanisms; returns the declared group size, if any."""
     total = None
-    if d.annotations.get(POD_GROUP_NAME) or d.labels.get(POD_GROUP_NAME):
+    # Kueue reads the annotation first, then the label (the label is the older spelling).
+    kueue_group = d.annotations.get(POD_GROUP_NAME) or d.labels.get(POD_GROUP_NAME)
+    if kueue_group:
         raw = d.annotations.get(POD_GROUP_TOTAL)
         where = annotation_path(POD_GROUP_TOTAL)
-        if raw is not None:
+        if raw is not None and raw.strip():
             if not raw.strip().isdigit():
                 raise InputError(
                     f"{POD_GROUP_TOTAL} must be a non-negative integer, got {raw!r}", field=where
                 )
             total = int(raw)
-        d.gang("kueue-pod-group", total, where if total is not None else None)
-    if d.labels.get(COSCHEDULING_LABEL):
+            d.gang("kueue-pod-group", total, where)
+        elif d.owner is None:  # a controller's pod: its workload, not the pod, says how big the gang is
+            named = (
+                annotation_path(POD_GROUP_NAME)
+                if d.annotations.get(POD_GROUP_NAME)
+                else f"metadata.labels['{POD_GROUP_NAME}']"
+            )
+            raise InputError(
+                f"{named} is {kueue_group!r} but annotation {POD_GROUP_TOTAL} is missing: Kueue "
+                "refuses a pod group without its size; add the annotation with the group's pod count",
+                field=where,
+            )
+    coscheduling = d.labels.get(COSCHEDULING_LABEL)
+    if coscheduling:
         d.gang("coscheduling")
-    if any(d.annotations.get(key) for key in VOLCANO_GROUP_ANNOTATIONS):
+    volcano = next((v for key in VOLCANO_GROUP_ANNOTATIONS if (v := d.annotations.get(key))), None)
+    if volcano:
         d.gang("volcano-podgroup")
+    if d.owner is None:
+        d.group_name = kueue_group or coscheduling or volcano
     return total
 
 

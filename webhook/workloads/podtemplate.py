@@ -134,8 +134,8 @@ def read_template(
     if affinity:
         if type(affinity) is not dict:
             _not_a(affinity, "a mapping", source, where + "/spec/affinity")
-        terms = _required_node_terms(affinity)
-        topology_keys = _pod_affinity(d, affinity, name)
+        terms = required_node_terms(affinity)
+        topology_keys = pod_affinity(d, affinity, name)
 
     tolerations = get("tolerations")
     if tolerations and type(tolerations) is not list:
@@ -160,6 +160,7 @@ def read_template(
         pod_affinity_topology_keys=topology_keys,
         restart_policy=restart_policy or _opt_text(get("restartPolicy")),
         patchable=patchable,
+        source_field=_field(source, source_pointer) if source and source_pointer else "",
     )
     d.groups.append(group)
     d.sources.append((source, where))
@@ -359,7 +360,7 @@ def _grace(value: Any, source: str | None, where: str) -> int | None:
     )
 
 
-def _required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], ...]:
+def required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any], ...], ...]:
     na = affinity.get("nodeAffinity")
     if not isinstance(na, dict):
         return ()
@@ -376,7 +377,7 @@ def _required_node_terms(affinity: dict[str, Any]) -> tuple[tuple[dict[str, Any]
     )
 
 
-def _pod_affinity(d: Draft, affinity: dict[str, Any], group: str) -> tuple[str, ...]:
+def pod_affinity(d: Draft, affinity: dict[str, Any], group: str) -> tuple[str, ...]:
     """Topology keys of pod (anti-)affinity terms; pod affinity also constrains placement."""
     keys: list[str] = []
     for kind, together in (("podAffinity", True), ("podAntiAffinity", False)):

@@ -25,7 +25,7 @@ def adapt(d: Draft) -> None:
         hi = lo
     if lo < hi:
         # In pods: the elastic workers plus the fixed replicas (a Master, when there is one).
-        d.elastic = ElasticRange(lo + others, hi + others, "spec.elasticPolicy.minReplicas")
+        d.elastic = ElasticRange(lo + others, hi + others, "spec.elasticPolicy.minReplicas", fixed=others)
     if d.restarts.bound is None:
         limit = optional_count(ep.get("maxRestarts"), "spec.elasticPolicy.maxRestarts")
         if limit is not None:

@@ -76,7 +76,7 @@ def adapt(d: Draft) -> None:
     if spec.get("enableInTreeAutoscaling") is True and lo < hi:
         # The range in pods (head included); its field names the minimum when one group scales.
         field = scaling[0] if len(scaling) == 1 else f"{where}.enableInTreeAutoscaling"
-        d.elastic = ElasticRange(lo, hi, field)
+        d.elastic = ElasticRange(lo, hi, field, fixed=1)  # the head pod
     if not any(g.priority_class_name for g in d.groups):
         d.priority_class = d.labels.get(_PRIORITY_LABEL)
 

@@ -5,7 +5,11 @@ replicatedJobs become pod groups with `patchable=False` and `template_pointer=""
 there are reported as `<Kind>/<name>:<path in the runtime>`. The TrainJob's own `spec.trainer`
 overrides the runtime's `node` container (command, args, env, resourcesPerNode); that container's
 pointer is `/spec/trainer`, the one place a mutation can change it on the TrainJob. When the
-runtime is not known, one `node` group stands for the trainer pods.
+runtime is not known, one `node` group stands for the trainer pods, and `unknown_runtime` names
+the reference so that policies decide on what is known and say what went unchecked.
+
+Topology for the runtime's pods travels in `spec.runtimePatches[]` (Trainer v2.2+): every entry
+is read as constraints, and trainguard writes its own entry as manager `trainguard.dev/webhook`.
 
 Pods: the `node` replicatedJob runs numNodes pods (`spec.trainer.numNodes`, else the runtime's
 `mlPolicy.numNodes`, else 1; one fewer when an MPI launcher runs as a node); every other
@@ -20,16 +24,22 @@ from webhook.workloads.common import (
     Draft,
     count,
     job_pods,
+    join,
     mapping,
     optional_count,
+    pool_hits,
     sequence,
+    str_map,
+    tas_constraints,
     text,
     volcano_network_topology,
 )
+from webhook.workloads.jobset import EXCLUSIVE_TOPOLOGY
 from webhook.workloads.model import ElasticRange, Restarts
-from webhook.workloads.podtemplate import read_template
+from webhook.workloads.podtemplate import pod_affinity, read_template, required_node_terms
 
 ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
+WEBHOOK_MANAGER = "trainguard.dev/webhook"  # the runtimePatches entry trainguard writes
 TRAINER_NODE = "node"  # the trainer replicatedJob and container name in Trainer v2 runtimes
 
 
@@ -40,6 +50,8 @@ def adapt(d: Draft) -> None:
     name = text(ref.get("name")) or ""
     source = f"{kind}/{name}"
     runtime = _runtime(d, kind, name)
+    if runtime is None:
+        d.unknown_runtime = source
     rspec = mapping(runtime.get("spec"), f"{source}:spec") if runtime else {}
     ml = mapping(rspec.get("mlPolicy"), f"{source}:spec.mlPolicy")
 
@@ -69,6 +81,7 @@ def adapt(d: Draft) -> None:
                 d, volcano["networkTopology"], f"{source}:spec.podGroupPolicy.volcano.networkTopology"
             )
     _legacy_elastic(d, ml, source)
+    runtime_patches(d)
     if d.restarts.bound is None:
         fp = mapping(
             mapping(template.get("spec"), f"{source}:spec.template.spec").get("failurePolicy"),
@@ -137,3 +150,53 @@ def _legacy_elastic(d: Draft, ml: dict[str, Any], source: str) -> None:
     limit = optional_count(ep.get("maxRestarts"), f"{where}.maxRestarts")
     if limit is not None:
         d.restarts = Restarts(limit, f"{where}.maxRestarts")
+
+
+def runtime_patches(d: Draft) -> None:
+    """Trainer v2.2+ `spec.runtimePatches[]`: what each manager adds to the runtime's pods.
+
+    Every entry (Kueue's, the user's, trainguard's own) is read alike: Kueue topology-aware
+    scheduling annotations and pod affinity on a replicatedJob's pod template constrain that
+    replicatedJob's pods, exclusive-topology annotations on the JobSet or Job template constrain
+    the whole job or that replicatedJob, and nodeSelector, required node affinity and tolerations
+    on the pool keys are pool targets, as on any pod template.
+    """
+    for i, raw in enumerate(sequence(d.spec.get("runtimePatches"), "spec.runtimePatches")):
+        entry = f"spec.runtimePatches[{i}]"
+        spec = mapping(mapping(raw, entry).get("trainingRuntimeSpec"), f"{entry}.trainingRuntimeSpec")
+        where = f"{entry}.trainingRuntimeSpec.template"
+        template = mapping(spec.get("template"), where)
+        meta = mapping(template.get("metadata"), f"{where}.metadata")
+        key = str_map(meta.get("annotations"), f"{where}.metadata.annotations").get(EXCLUSIVE_TOPOLOGY)
+        if key:
+            d.constraint("jobset-exclusive-topology", key, True)
+        tspec = mapping(template.get("spec"), f"{where}.spec")
+        for j, rj_raw in enumerate(sequence(tspec.get("replicatedJobs"), f"{where}.spec.replicatedJobs")):
+            rw = f"{where}.spec.replicatedJobs[{j}]"
+            rj = mapping(rj_raw, rw)
+            name = text(rj.get("name")) or f"job-{j}"
+            job = mapping(rj.get("template"), f"{rw}.template")
+            job_meta = mapping(job.get("metadata"), f"{rw}.template.metadata")
+            key = str_map(job_meta.get("annotations"), f"{rw}.template.metadata.annotations").get(
+                EXCLUSIVE_TOPOLOGY
+            )
+            if key:
+                d.constraint("jobset-exclusive-topology", key, True, name)
+            pw = f"{rw}.template.spec.template"
+            pod = mapping(mapping(job.get("spec"), f"{rw}.template.spec").get("template"), pw)
+            pod_meta = mapping(pod.get("metadata"), f"{pw}.metadata")
+            tas_constraints(d, str_map(pod_meta.get("annotations"), f"{pw}.metadata.annotations"), name)
+            pod_spec = mapping(pod.get("spec"), f"{pw}.spec")
+            affinity = mapping(pod_spec.get("affinity"), f"{pw}.spec.affinity")
+            if affinity:
+                pod_affinity(d, affinity, name)
+            tolerations = sequence(pod_spec.get("tolerations"), f"{pw}.spec.tolerations")
+            hits = pool_hits(
+                str_map(pod_spec.get("nodeSelector"), f"{pw}.spec.nodeSelector"),
+                required_node_terms(affinity) if affinity else (),
+                tuple(t for t in tolerations if isinstance(t, dict)),
+                d.ctx.config.pool_label_key,
+                d.ctx.config.pool_taint_key,
+            )
+            for pool, suffix, via in hits:
+                d.patch_pool_targets.append({"pool": pool, "field": join(pw, suffix), "via": via})

@@ -2,11 +2,14 @@
 
 The Volcano scheduler gangs a job at `minAvailable` (default: all task replicas). Volcano's
 admission webhook fills an empty `schedulerName` with `volcano`, so only another scheduler name
-turns the gang off. `minAvailable` below the total makes the surplus pods elastic (class C).
+turns the gang off, for the job or for one task whose template pins it (`default-scheduler`):
+such a task's pods are placed outside the gang, so the job declares no gang. `minAvailable` below
+the total makes the surplus pods elastic (class C).
 """
 
 from __future__ import annotations
 
+from webhook.workloads.classify import gang_scheduler_gaps
 from webhook.workloads.common import (
     Draft,
     count,
@@ -39,7 +42,7 @@ def adapt(d: Draft) -> None:
     where = "spec.minAvailable"
     minimum = optional_count(spec.get("minAvailable"), where)
     scheduler = text(spec.get("schedulerName")) or "volcano"
-    if scheduler == "volcano":
+    if scheduler == "volcano" and gang_scheduler_gaps(d, "volcano"):
         d.gang("volcano", minimum, where if minimum is not None else None)
     elif minimum is not None:
         d.min_available, d.min_field = minimum, where
