@@ -56,7 +56,10 @@ RECORDS = evictions(
                 "metadata": {
                     "name": "grp-0",
                     "namespace": "ml",
-                    "annotations": {"kueue.x-k8s.io/pod-group-name": "grp"},
+                    "annotations": {
+                        "kueue.x-k8s.io/pod-group-name": "grp",
+                        "kueue.x-k8s.io/pod-group-total-count": "1",
+                    },
                 },
                 "spec": {"containers": [{"name": "t", "image": "x"}]},
             },
