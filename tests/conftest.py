@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,39 @@ def corpus_files() -> list[Path]:
     if shared is None:
         return []
     return sorted(p for p in (shared / "corpus").rglob("*.yaml"))
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+_NO_CORPUS = "corpus"  # every skip for a missing corpus says so in its reason
+
+
+def _corpus_skip(report: pytest.CollectReport | pytest.TestReport) -> bool:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return bool(report.skipped and _NO_CORPUS in reason and shared_dir() is None)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """In CI (CI=true) a test skipped for want of the shared corpus fails: CI must not pass
+    without the corpus tests."""
+    outcome = yield
+    report = outcome.get_result()
+    if _in_ci() and _corpus_skip(report):
+        report.outcome = "failed"
+        report.longrepr = f"the shared corpus is missing in CI (set TRAINGUARD_SHARED_DIR): {report.longrepr}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> Any:
+    outcome = yield
+    report = outcome.get_result()
+    if _in_ci() and _corpus_skip(report):
+        report.outcome = "failed"
+        report.longrepr = f"the shared corpus is missing in CI (set TRAINGUARD_SHARED_DIR): {report.longrepr}"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -89,7 +89,10 @@ def test_runtimes_are_keyed_as_the_engine_looks_them_up(key: Any, obj: dict[str,
 
 
 def test_cached_objects_drop_managed_fields() -> None:
-    runtime = {"kind": "TrainingRuntime", "metadata": {"name": "torch", "managedFields": [{"manager": "x"}]}}
+    runtime: dict[str, Any] = {
+        "kind": "TrainingRuntime",
+        "metadata": {"name": "torch", "managedFields": [{"manager": "x"}]},
+    }
     assert object_value(runtime) == {"kind": "TrainingRuntime", "metadata": {"name": "torch"}}
     assert runtime["metadata"]["managedFields"]  # the event's object is left alone
 
@@ -320,7 +323,7 @@ def wait_until(condition: Any, what: str, timeout: float = 10.0) -> None:
 def test_a_cluster_policy_exception_is_parsed_without_its_server_metadata() -> None:
     from webhook.cluster import exception_value
 
-    obj = {
+    obj: dict[str, Any] = {
         "apiVersion": "trainguard.dev/v1alpha1",
         "kind": "PolicyException",
         "metadata": {

@@ -208,6 +208,43 @@ def test_denied_response_has_403_and_a_message_naming_policy_and_field(engine: E
     assert "(field metadata.labels)" in response["status"]["message"]
 
 
+@pytest.mark.parametrize(
+    ("reasons", "code", "reason"),
+    [
+        pytest.param(["Invalid"], 422, "Invalid", id="invalid-422"),
+        pytest.param(["Forbidden"], 403, "Forbidden", id="forbidden-403"),
+        pytest.param(["Unauthorized"], 401, "Unauthorized", id="unauthorized-401"),
+        pytest.param(["RequestEntityTooLarge"], 413, "RequestEntityTooLarge", id="too-large-413"),
+        pytest.param(["Invalid", "Forbidden"], 422, "Invalid", id="first-violation-sets-the-status"),
+        pytest.param(["InternalError", "Invalid"], 422, "Invalid", id="a-policy-that-ran-beats-an-error"),
+        pytest.param(["InternalError"], 500, "InternalError", id="only-errors-500"),
+        pytest.param(["NoSuchReason"], 403, "Forbidden", id="unknown-reason-forbidden"),
+    ],
+)
+def test_denial_status_carries_the_validation_reason(reasons: list[str], code: int, reason: str) -> None:
+    decision = Decision(False, violations=[Finding(f"p{i}", "no", None, r) for i, r in enumerate(reasons)])
+    status = build_response(UID, decision, mutating=False)["response"]["status"]
+    assert (status["code"], status["reason"]) == (code, reason)
+
+
+def test_a_policy_reason_reaches_the_response(tmp_path: Any) -> None:
+    (tmp_path / "p.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: sized\n"
+        "spec:\n  validations:\n    - expression: 'false'\n      message: too big\n"
+        "      reason: RequestEntityTooLarge\n"
+    )
+    engine = Engine(load_policy_set([tmp_path]), load_config())
+    parsed = parse_request(orjson.dumps(admission_review(GANG_MISSING)))
+    decision = engine.review(parsed.admission, mutate=False)
+    assert [(f.policy, f.reason) for f in decision.violations] == [("sized", "RequestEntityTooLarge")]
+    status = build_response(parsed.uid, decision, mutating=False)["response"]["status"]
+    assert (status["code"], status["reason"], status["message"]) == (
+        413,
+        "RequestEntityTooLarge",
+        "sized: too big",
+    )
+
+
 def test_warnings_name_the_policy(engine: Engine) -> None:
     parsed, decision = decide(engine, ELASTIC_WITHOUT_RESTART_BOUND)
     response = build_response(parsed.uid, decision, mutating=False)["response"]

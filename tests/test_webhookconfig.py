@@ -21,13 +21,14 @@ import pytest
 import yaml
 from cel_expr_python import cel
 
+from tests.conftest import shared_dir
 from webhook import certs, kinds, webhookconfig
 from webhook.cli import EXIT_ERROR, main
 from webhook.config import PlatformConfig, load_config
 from webhook.engine import AdmissionInput, Engine, default_policies_dir, load_policy_set
 from webhook.webhookconfig import WebhookConfigError
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = (shared_dir() or Path("/nonexistent")) / "corpus"
 OWN_SA = "system:serviceaccount:trainguard-system:trainguard"
 
 Obj = dict[str, Any]

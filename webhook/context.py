@@ -7,17 +7,20 @@ given beside the workloads. This module is that second source.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 
-Runtimes = dict[tuple[str | None, str], dict[str, Any]]
+# (Cluster)TrainingRuntimes by (namespace | None, name): the one spelling of the type.
+Runtimes = Mapping[tuple[str | None, str], dict[str, Any]]
 
 
-def context_objects(objects: Iterable[dict[str, Any]]) -> tuple[Runtimes, dict[str, int]]:
+def context_objects(
+    objects: Iterable[dict[str, Any]],
+) -> tuple[dict[tuple[str | None, str], dict[str, Any]], dict[str, int]]:
     """(Cluster)TrainingRuntimes keyed (namespace | None, name), and PriorityClass name -> value."""
-    runtimes: Runtimes = {}
+    runtimes: dict[tuple[str | None, str], dict[str, Any]] = {}
     priority_classes: dict[str, int] = {}
     for obj in objects:
         if not isinstance(obj, dict):

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from webhook.errors import DuplicateKeyError, InputError
+from webhook.fields import escape, unescape
 
 try:  # the C loader is ~10x faster; fall back for platforms without libyaml
     _BaseLoader: type[yaml.SafeLoader] = yaml.CSafeLoader  # type: ignore[assignment]
@@ -51,10 +52,6 @@ class Document:
                 return self.lines[pointer]
             pointer = pointer.rsplit("/", 1)[0]
         return self.line
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
@@ -94,7 +91,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
 def _record_lines(node: yaml.Node, pointer: str, out: dict[str, int]) -> None:
     if isinstance(node, yaml.MappingNode):
         for key_node, value_node in node.value:
-            child = f"{pointer}/{_escape(str(key_node.value))}"
+            child = f"{pointer}/{escape(str(key_node.value))}"
             out[child] = key_node.start_mark.line + 1
             _record_lines(value_node, child, out)
     elif isinstance(node, yaml.SequenceNode):
@@ -112,7 +109,7 @@ def _path_at_line(node: yaml.Node, line: int) -> str | None:
     if not hits:
         return None
     deepest = max(hits, key=lambda p: p.count("/"))
-    return ".".join(t.replace("~1", "/").replace("~0", "~") for t in deepest.split("/")[1:])
+    return ".".join(unescape(t) for t in deepest.split("/")[1:])
 
 
 def _node_children(node: yaml.Node) -> list[yaml.Node]:

@@ -7,13 +7,41 @@ fail(), which error to raise and how to locate it.
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Any
 
 
 def type_name(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean"}.get(
-        type(value), type(value).__name__
-    )
+    """How an error message names the type of a value a user wrote."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return type(value).__name__
+
+
+# RFC 3339 date-time with a time zone (a trailing Z or an offset); a space may stand for the T.
+_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})$")
+
+
+def rfc3339(value: Any) -> datetime | None:
+    """An aware datetime from an RFC 3339 string or a YAML timestamp with a zone; None otherwise."""
+    if isinstance(value, datetime):  # an unquoted YAML timestamp
+        return value if value.tzinfo is not None else None
+    if not isinstance(value, str) or not _RFC3339.match(value.strip()):
+        return None
+    text = value.strip().upper().replace(" ", "T").replace("Z", "+00:00")
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:  # a day or hour out of range
+        return None
 
 
 class FieldReader:

@@ -78,11 +78,14 @@ def normalise(field: str) -> str:
 
 
 def escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
+    """One JSON-pointer reference token (RFC 6901); the one home of the escaping."""
+    if "~" in token or "/" in token:
+        return token.replace("~", "~0").replace("/", "~1")
+    return token
 
 
 def unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
+    return token.replace("~1", "/").replace("~0", "~") if "~" in token else token
 
 
 def pointer(path: FieldPath, data: Any = None) -> str:
@@ -130,7 +133,7 @@ def pointer_to_path(pointer: str) -> str:
     """The dotted field path a user finds in a manifest: /spec/tasks/0/template -> spec.tasks[0].template."""
     out: list[str] = []
     for raw in pointer.split("/")[1:]:
-        token = raw.replace("~1", "/").replace("~0", "~") if "~" in raw else raw
+        token = unescape(raw)
         if token.isdigit():
             out.append(f"[{token}]")
         elif "." in token or "/" in token:

@@ -95,6 +95,42 @@ def parse_request(body: bytes) -> ParsedReview:
     )
 
 
+# metav1.StatusReason -> HTTP code, as k8s.io/apimachinery/pkg/api/errors writes them. A validation's
+# `reason` is one of these (ValidatingAdmissionPolicy allows Unauthorized, Forbidden, Invalid and
+# RequestEntityTooLarge); a reason the table does not know is answered as Forbidden, 403.
+STATUS_CODES = {
+    "Unauthorized": 401,
+    "Forbidden": 403,
+    "NotFound": 404,
+    "AlreadyExists": 409,
+    "Conflict": 409,
+    "Gone": 410,
+    "Expired": 410,
+    "Invalid": 422,
+    "ServerTimeout": 500,
+    "Timeout": 504,
+    "TooManyRequests": 429,
+    "BadRequest": 400,
+    "MethodNotAllowed": 405,
+    "NotAcceptable": 406,
+    "RequestEntityTooLarge": 413,
+    "UnsupportedMediaType": 415,
+    "InternalError": 500,
+    "ServiceUnavailable": 503,
+}
+
+
+def denial_status(decision: Decision) -> tuple[int, str]:
+    """(code, reason) of a denial: the first violation's reason, as ValidatingAdmissionPolicy
+    answers with the first failed validation's. A policy that could not be evaluated (reason
+    InternalError) sets the status only when nothing else denied."""
+    reasons = [f.reason for f in decision.violations]
+    reason = next((r for r in reasons if r != "InternalError"), reasons[0] if reasons else "Forbidden")
+    if reason not in STATUS_CODES:
+        return 403, "Forbidden"
+    return STATUS_CODES[reason], reason
+
+
 def denial_message(decision: Decision) -> str:
     parts = []
     for f in decision.violations:
@@ -105,7 +141,8 @@ def denial_message(decision: Decision) -> str:
 def build_response(uid: str, decision: Decision, *, mutating: bool) -> dict[str, Any]:
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:
-        response["status"] = {"code": 403, "reason": "Forbidden", "message": denial_message(decision)}
+        code, reason = denial_status(decision)
+        response["status"] = {"code": code, "reason": reason, "message": denial_message(decision)}
     if decision.warnings:
         response["warnings"] = [f"{f.policy}: {f.message}"[:_WARNING_LIMIT] for f in decision.warnings]
     if mutating and decision.patch:

@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 from common import log
 
-PARTS = ("engine", "cli", "http", "apiserver")
+PARTS = ("engine", "cli", "http", "apiserver", "parsers")
 REQUIRED = (
     "throughput_ratio",
     "noop_rps",

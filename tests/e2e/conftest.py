@@ -35,8 +35,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build the binaries when e2e tests were selected, with output shown live."""
-    if not any(_is_e2e(item) for item in session.items):
+    """Build the binaries when e2e tests were selected to run, with output shown live."""
+    if session.config.option.collectonly or not any(_is_e2e(item) for item in session.items):
         return
     capture = session.config.pluginmanager.getplugin("capturemanager")
     live = capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext()

@@ -17,8 +17,12 @@ SHIPPED = {
     "topology-slo", "recovery-policy", "queue-immutable", "mutate-queue", "mutate-priority",
     "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env", "trainjob-runtime",
     "mutate-resume-gate", "mutate-resume-priority", "resume-settings", "checkpoint-interval-advice",
+    "launch-limits", "launch-consistency",
 }  # fmt: skip
-WARN = {"recovery-policy", "trainjob-runtime", "resume-settings", "checkpoint-interval-advice"}
+WARN = {
+    "recovery-policy", "trainjob-runtime", "launch-consistency", "launch-limits", "resume-settings",
+    "checkpoint-interval-advice",
+}  # fmt: skip
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -77,6 +81,13 @@ BROKEN = [
         id="not-a-policy",
     ),
     pytest.param(
+        _policy(VALID_SPEC).replace(
+            "  name: p\n", "  name: p\n  annotations:\n    trainguard.dev/review-question: speed\n"
+        ),
+        "metadata.annotations[trainguard.dev/review-question]: must be one of gang, topology, preemption",
+        id="unknown-review-question",
+    ),
+    pytest.param(
         _policy(VALID_SPEC).replace("spec:", "spec:\n  mode: Warn\n  mode: Audit", 1),
         "duplicate key 'mode'",
         id="duplicate-key",
@@ -96,6 +107,17 @@ def test_broken_policy_file_names_file_policy_and_position(
         load_policy_set([tmp_path], backend)
     assert str(bad) in str(info.value)
     assert words in str(info.value)
+
+
+def test_no_paths_means_the_shipped_set() -> None:
+    assert load_policy_set().digest == load_policy_set([default_policies_dir()]).digest
+
+
+def test_every_shipped_policy_names_the_review_question_it_answers() -> None:
+    ps = load_policy_set([default_policies_dir()])
+    assert {
+        cp.name: cp.policy.review_question for cp in ps.policies if cp.policy.review_question is None
+    } == {}
 
 
 def test_duplicate_policy_names_across_files_are_refused(tmp_path: Path) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,50 @@ def test_mode_and_failure_policy_shape_the_decision(
         assert (len(findings) == 1) == (name == where), name
     if where and "nothere" in expression:
         assert "could not be evaluated" in buckets[where][0].message
+
+
+@pytest.mark.parametrize(
+    ("failure", "allowed", "where"),
+    [
+        pytest.param("Fail", False, "violations", id="fail-denies-naming-the-budget"),
+        pytest.param("Ignore", True, "warnings", id="ignore-allows-with-a-warning"),
+    ],
+)
+def test_a_deadline_already_past_gives_each_policy_its_failure_policy_outcome(
+    tmp_path: Path, failure: str, allowed: bool, where: str
+) -> None:
+    engine = Engine(
+        load_policy_set([_policy_dir(tmp_path, failure=failure, expression="true")]), load_config()
+    )
+    decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() - 1))
+    assert decision.allowed is allowed
+    findings = decision.violations if where == "violations" else decision.warnings
+    assert [f.policy for f in findings] == ["rule"]
+    assert "time budget exceeded" in findings[0].message
+    assert [r.outcome for r in decision.results] == ["error"]
+
+
+def test_a_deadline_in_the_future_changes_nothing(tmp_path: Path) -> None:
+    engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="false")]), load_config())
+    decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() + 60))
+    assert [f.message for f in decision.violations] == ["rule says no"]
+
+
+def test_a_remembered_object_is_adapted_once_across_calls(tmp_path: Path) -> None:
+    engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config(), remember=8)
+    mutating = engine.review(AdmissionInput(object=NO_GANG_JOB), validate=False)
+    validating = engine.review(AdmissionInput(object=copy.deepcopy(NO_GANG_JOB)), mutate=False)
+    assert mutating.workload is not None and validating.workload is mutating.workload
+    renamed = copy.deepcopy(NO_GANG_JOB)
+    renamed["metadata"]["name"] = "k"
+    other = engine.review(AdmissionInput(object=renamed), mutate=False)
+    assert other.workload is not None and other.workload.name == "k"
+
+
+def test_without_remember_each_call_adapts_afresh(tmp_path: Path) -> None:
+    engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config())
+    first = engine.review(AdmissionInput(object=NO_GANG_JOB))
+    assert engine.review(AdmissionInput(object=NO_GANG_JOB)).workload is not first.workload
 
 
 @pytest.mark.parametrize(
@@ -144,6 +190,7 @@ def test_corpus_manifest_is_decided_and_mutations_are_idempotent(
     for doc in docs:
         decision = engine.review(AdmissionInput(object=doc.data, namespace="default"))
         assert not [r for r in decision.results if r.outcome == "error"], doc.source
+        assert decision.mutated is not None
         assert jsonpatch.apply_patch(doc.data, decision.patch) == decision.mutated
         again = engine.review(AdmissionInput(object=decision.mutated, namespace="default"))
         assert again.patch == [], f"{doc.source}: second pass patched {again.patch}"

@@ -170,8 +170,14 @@ def test_the_corpus_is_all_there() -> None:
 def test_every_document_adapts(key: str) -> None:
     doc = next(d for d in _documents() if _key(d) == key)
     w = build_workload(doc.data, _context())
+    assert (w is not None) == (key in EXPECTED_CLASS), "decided, yet not in the class table (or the reverse)"
     if w is not None:
-        w.view()
+        view = w.view()
+        assert (view["kind"], view["class"], view["name"]) == (
+            doc.data["kind"],
+            EXPECTED_CLASS[key],
+            doc.data["metadata"].get("name") or doc.data["metadata"].get("generateName"),
+        )
 
 
 def test_the_class_table_covers_every_corpus_workload() -> None:

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import shared_dir
 from webhook.workloads.model import TorchrunSpec
-from webhook.workloads.torchrun import ARGV, INVALID, parse_container, parse_launch
+from webhook.workloads.torchrun import ARGV, INVALID, LIMIT, parse_container, parse_launch
 
 
 def spec(launcher: str = "torchrun", **kw: Any) -> TorchrunSpec:
@@ -272,8 +273,11 @@ CASES = [
         ["sh", "-c", "echo x\n" * 20_000 + "torchrun --nnodes=2 t.py"],
         [],
         {},
-        spec(unresolved=(ARGV,)),
-        id="oversized-script-is-not-lexed",
+        spec(
+            unresolved=(ARGV, LIMIT),
+            limit="a shell script has 140,024 bytes, over the cap of 65,536",
+        ),
+        id="oversized-script-is-not-lexed-and-says-so",
     ),
     # --- flags ---------------------------------------------------------------------------------
     pytest.param(
@@ -724,7 +728,7 @@ def test_launch_argv_is_what_torch_receives() -> None:
 
 # --- corpus sweep ------------------------------------------------------------------------------
 
-CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus"
+CORPUS = (shared_dir() or Path("/nonexistent")) / "corpus"
 
 
 def _containers(node: Any) -> list[dict[str, Any]]:

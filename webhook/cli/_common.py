@@ -17,7 +17,6 @@ from webhook.engine import (
     Engine,
     PolicyException,
     PolicySet,
-    default_policies_dir,
     load_exceptions,
     load_policy_set,
     unknown_policies,
@@ -64,7 +63,7 @@ def load_inputs(
     args: argparse.Namespace, *, track_lines: bool = False
 ) -> tuple[PlatformConfig, PolicySet, list[Document]]:
     config = load_config(args.config)
-    policies = load_policy_set(args.policies or [default_policies_dir()], args.cel)
+    policies = load_policy_set(args.policies or (), args.cel)
     docs = read_manifests(args.paths, stdin=sys.stdin, track_lines=track_lines)
     return config, policies, docs
 

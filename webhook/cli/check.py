@@ -57,7 +57,8 @@ def result_record(doc: Document, decision: Decision) -> dict[str, Any]:
         "tier": w.tier if w is not None else None,
         "allowed": decision.allowed,
         "violations": [
-            {"policy": f.policy, "message": f.message, "field": f.field} for f in decision.violations
+            {"policy": f.policy, "message": f.message, "field": f.field, "reason": f.reason}
+            for f in decision.violations
         ],
         "warnings": [{"policy": f.policy, "message": f.message, "field": f.field} for f in decision.warnings],
         "audits": [{"policy": f.policy, "message": f.message, "field": f.field} for f in decision.audits],

@@ -38,8 +38,12 @@ class Backend(Protocol):
 
     def compile(self, expression: str) -> Program: ...
 
-    def activation(self, data: Mapping[str, Any]) -> Any:
-        """Bindings for the variables, converted once and shared by every program of a request."""
+    def prepare(self, constants: Mapping[str, Any]) -> Any:
+        """Values every request shares (params, cluster), converted once, for activation()."""
+
+    def activation(self, data: Mapping[str, Any], constants: Any = None) -> Any:
+        """Bindings for the variables, converted once and shared by every program of a request;
+        `constants` is what prepare() returned."""
 
 
 # ---------------------------------------------------------------- cel-expr-python (C++ runtime)
@@ -152,8 +156,13 @@ class CppBackend:
             raise _cpp_compile_error(str(exc)) from None
         return _CppProgram(expr, self._cel.Type.ERROR, self._restore_none)
 
-    def activation(self, data: Mapping[str, Any]) -> Any:
-        return self._env.Activation(dict(data))
+    def prepare(self, constants: Mapping[str, Any]) -> Any:
+        # The runtime converts a value when an evaluation first reads it and cannot keep a
+        # converted one between activations; the engine keeps these small by trimming them.
+        return dict(constants)
+
+    def activation(self, data: Mapping[str, Any], constants: Any = None) -> Any:
+        return self._env.Activation({**constants, **data} if constants else dict(data))
 
     def compile_with_variables(self, variables: Sequence[tuple[str, str]], body: str) -> Program | None:
         """`body` with the policy's variables computed inside the same expression, or None.
@@ -309,13 +318,18 @@ class PyBackend:
         except Exception as exc:  # the checker raises plain errors for unknown functions
             raise CelCompileError(str(exc).splitlines()[0]) from None
 
-    def activation(self, data: Mapping[str, Any]) -> Any:
+    def prepare(self, constants: Mapping[str, Any]) -> Any:
         json_to_cel = self._json_to_cel
-        return {k: json_to_cel(v) for k, v in data.items()}
+        return {k: json_to_cel(v) for k, v in constants.items()}
+
+    def activation(self, data: Mapping[str, Any], constants: Any = None) -> Any:
+        json_to_cel = self._json_to_cel
+        converted = {k: json_to_cel(v) for k, v in data.items()}
+        return {**constants, **converted} if constants else converted
 
     def extend(self, activation: Any, name: str, value: Any) -> Any:
         """`activation` with `name` bound to `value` too: only the new value is converted."""
-        return {**activation, **self.activation({name: value})}
+        return {**activation, name: self._json_to_cel(value)}
 
 
 def make_backend(name: str | None = None) -> Backend:

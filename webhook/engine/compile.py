@@ -6,11 +6,13 @@ the expression's position, and the caller keeps serving its last good set.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from webhook.engine.cel import Backend, CelCompileError, Program, make_backend
-from webhook.engine.load import load_policies
+from webhook.engine.load import default_policies_dir, load_policies
 from webhook.engine.model import Expression, Policy
 from webhook.errors import PolicyError
 
@@ -26,12 +28,79 @@ class CompiledValidation:
 
 
 @dataclass(frozen=True, slots=True)
+class Bound:
+    """A policy's expressions with its variables bound inside each (see compile_with_variables).
+
+    `validations`/`mutations` evaluate to [n, [value of each expression, in order]]; messages and
+    fields are the validations' messageExpression/fieldExpression programs (None where absent).
+    """
+
+    validations: Program | None
+    messages: tuple[Program | None, ...]
+    fields: tuple[Program | None, ...]
+    mutations: Program | None
+
+
+def _bind(policy: Policy, backend: Backend) -> Bound | None:
+    """The policy's bound programs, None when it has no variables or the backend cannot bind."""
+    compile_with_variables = getattr(backend, "compile_with_variables", None)
+    if compile_with_variables is None or not policy.variables:
+        return None
+    variables = [(v.name, v.expression.source) for v in policy.variables]
+
+    def bound(source: str) -> Program:
+        program: Program | None = compile_with_variables(variables, source)
+        if program is None:
+            raise _NoFastPath
+        return program
+
+    def optional(expression: Expression | None) -> Program | None:
+        return _Value(bound(expression.source)) if expression is not None else None
+
+    try:
+        validations = mutations = None
+        if policy.validations:
+            validations = bound(
+                "[" + ", ".join(f"(\n{v.expression.source}\n)" for v in policy.validations) + "]"
+            )
+        if policy.mutations:
+            mutations = bound(
+                "[" + ", ".join(f"(\n{m.patch_expression.source}\n)" for m in policy.mutations) + "]"
+            )
+        return Bound(
+            validations=validations,
+            messages=tuple(optional(v.message_expression) for v in policy.validations),
+            fields=tuple(optional(v.field_expression) for v in policy.validations),
+            mutations=mutations,
+        )
+    except Exception:  # _NoFastPath, or anything the rewriting trips on: the generic path serves
+        return None
+
+
+class _NoFastPath(Exception):
+    pass
+
+
+class _Value:
+    """A bound program of one expression: its value (the second item of what it returns)."""
+
+    __slots__ = ("_program",)
+
+    def __init__(self, program: Program) -> None:
+        self._program = program
+
+    def evaluate(self, activation: Any) -> Any:
+        return self._program.evaluate(activation)[1]
+
+
+@dataclass(frozen=True, slots=True)
 class CompiledPolicy:
     policy: Policy
     conditions: tuple[tuple[str, Program], ...]
     variables: tuple[tuple[str, Program], ...]
     validations: tuple[CompiledValidation, ...]
     mutations: tuple[tuple[str, Program], ...]
+    bound: Bound | None = None  # the fast path of a policy with variables (see Bound)
 
     @property
     def name(self) -> str:
@@ -89,6 +158,7 @@ def compile_policy(backend: Backend, policy: Policy) -> CompiledPolicy:
             for v in policy.validations
         ),
         mutations=tuple((m.name, c(m.patch_expression)) for m in policy.mutations),
+        bound=_bind(policy, backend),
     )
 
 
@@ -98,8 +168,10 @@ def compile_policies(
     return PolicySet(tuple(compile_policy(backend, p) for p in policies), digest, backend, sources)
 
 
-def load_policy_set(paths: list[str | Path], backend: Backend | str | None = None) -> PolicySet:
-    """Load and compile every policy under `paths`; raises PolicyError on the first problem."""
+def load_policy_set(paths: Sequence[str | Path] = (), backend: Backend | str | None = None) -> PolicySet:
+    """Load and compile every policy under `paths`, the shipped set when none are given (the one
+    place that default is written); raises PolicyError on the first problem."""
+    paths = paths or [default_policies_dir()]
     be = backend if backend is not None and not isinstance(backend, str) else make_backend(backend)
     policies, digest = load_policies(paths)
     return compile_policies(policies, digest, be, tuple(str(p) for p in paths))

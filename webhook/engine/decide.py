@@ -15,7 +15,12 @@ def _findings(policy: Policy, result: PolicyResult) -> list[Finding]:
         message = f"policy could not be evaluated ({'; '.join(result.messages)})"
         return [Finding(policy.name, message, None, "InternalError")]
     return [
-        Finding(policy.name, message, (result.fields[i] if i < len(result.fields) else "") or None)
+        Finding(
+            policy.name,
+            message,
+            (result.fields[i] if i < len(result.fields) else "") or None,
+            result.reasons[i] if i < len(result.reasons) else "Forbidden",
+        )
         for i, message in enumerate(result.messages)
     ]
 
@@ -25,7 +30,13 @@ def classify(policy: Policy, result: PolicyResult) -> PolicyResult:
     if result.outcome == "fail" and policy.mode != "Enforce":
         outcome: Outcome = "warn" if policy.mode == "Warn" else "audit"
         return PolicyResult(
-            result.policy, outcome, result.messages, result.fields, result.patch, result.exemption
+            result.policy,
+            outcome,
+            result.messages,
+            result.fields,
+            result.patch,
+            result.exemption,
+            result.reasons,
         )
     return result
 

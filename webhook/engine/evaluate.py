@@ -6,8 +6,7 @@ decide.py turns into deny or allow according to the policy's failurePolicy.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from webhook.engine.cel import Backend, CelEvalError, Program
@@ -19,113 +18,24 @@ from webhook.engine.mutate import EditError, Patcher, flatten_edits
 class Bindings:
     """The CEL variables of one request, converted to the backend's form once and shared."""
 
-    __slots__ = ("backend", "data", "_activation")
+    __slots__ = ("backend", "data", "constants", "_activation")
 
-    def __init__(self, backend: Backend, data: dict[str, Any]) -> None:
+    def __init__(self, backend: Backend, data: dict[str, Any], constants: Any = None) -> None:
         self.backend = backend
         self.data = data
+        self.constants = constants  # backend.prepare() of what every request shares (params, cluster)
         self._activation: Any = None
 
     def activation(self) -> Any:
         if self._activation is None:
-            self._activation = self.backend.activation(self.data)
+            self._activation = self.backend.activation(self.data, self.constants)
         return self._activation
 
     def with_variables(self, values: dict[str, Any]) -> Any:
         extend = getattr(self.backend, "extend", None)
         if extend is not None:  # reuse what is already converted, convert `variables` only
             return extend(self.activation(), "variables", values)
-        return self.backend.activation({**self.data, "variables": values})
-
-
-@dataclass(frozen=True, slots=True)
-class _Bound:
-    """A policy's expressions with its variables bound inside each (see compile_with_variables).
-
-    `validations`/`mutations` evaluate to [n, [value of each expression, in order]]; messages and
-    fields are the validations' messageExpression/fieldExpression programs (None where absent).
-    """
-
-    validations: Program | None
-    messages: tuple[Program | None, ...]
-    fields: tuple[Program | None, ...]
-    mutations: Program | None
-
-
-# id(CompiledPolicy) -> (the policy, its bound programs or None when it has no fast path). The
-# policy is kept so that its id stays its own; a policy set that is replaced leaves its entries
-# until the cache is full, then the cache starts over.
-_BOUND: dict[int, tuple[CompiledPolicy, _Bound | None]] = {}
-_BOUND_LIMIT = 4096
-
-
-def prepare(policies: Iterable[CompiledPolicy], backend: Backend) -> None:
-    """Build the bound programs of policies with variables ahead of their first request."""
-    for cp in policies:
-        _bound(cp, backend)
-
-
-def _bound(cp: CompiledPolicy, backend: Backend) -> _Bound | None:
-    entry = _BOUND.get(id(cp))
-    if entry is not None and entry[0] is cp:
-        return entry[1]
-    bound = _bind(cp, backend)
-    if len(_BOUND) >= _BOUND_LIMIT:
-        _BOUND.clear()
-    _BOUND[id(cp)] = (cp, bound)
-    return bound
-
-
-def _bind(cp: CompiledPolicy, backend: Backend) -> _Bound | None:
-    compile_with_variables = getattr(backend, "compile_with_variables", None)
-    if compile_with_variables is None or not cp.variables:
-        return None
-    policy = cp.policy
-    variables = [(v.name, v.expression.source) for v in policy.variables]
-
-    def bound(source: str) -> Program:
-        program: Program | None = compile_with_variables(variables, source)
-        if program is None:
-            raise _NoFastPath
-        return program
-
-    def optional(expression: Any) -> Program | None:
-        return _Value(bound(expression.source)) if expression is not None else None
-
-    try:
-        validations = mutations = None
-        if policy.validations:
-            validations = bound(
-                "[" + ", ".join(f"(\n{v.expression.source}\n)" for v in policy.validations) + "]"
-            )
-        if policy.mutations:
-            mutations = bound(
-                "[" + ", ".join(f"(\n{m.patch_expression.source}\n)" for m in policy.mutations) + "]"
-            )
-        return _Bound(
-            validations=validations,
-            messages=tuple(optional(v.message_expression) for v in policy.validations),
-            fields=tuple(optional(v.field_expression) for v in policy.validations),
-            mutations=mutations,
-        )
-    except Exception:  # _NoFastPath, or anything the rewriting trips on: the generic path serves
-        return None
-
-
-class _NoFastPath(Exception):
-    pass
-
-
-class _Value:
-    """A bound program of one expression: its value (the second item of what it returns)."""
-
-    __slots__ = ("_program",)
-
-    def __init__(self, program: Program) -> None:
-        self._program = program
-
-    def evaluate(self, activation: Any) -> Any:
-        return self._program.evaluate(activation)[1]
+        return self.backend.activation({**self.data, "variables": values}, self.constants)
 
 
 class _Failed(Exception):
@@ -184,7 +94,7 @@ def _with_variables(cp: CompiledPolicy, bindings: Bindings) -> Any:
 
 def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
     try:
-        bound = _bound(cp, bindings.backend) if cp.variables else None
+        bound = cp.bound
         if not _conditions_met(cp, bindings):
             return PolicyResult(cp.name, "skip", ("matchConditions not met",))
         checks = _bound_values(bound.validations if bound else None, bindings, len(cp.validations))
@@ -199,6 +109,7 @@ def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
             field_programs = [v.field_program for v in cp.validations]
         messages: list[str] = []
         fields: list[str] = []
+        reasons: list[str] = []
         for i, v in enumerate(cp.validations):
             ok = (
                 checks[i]
@@ -222,16 +133,17 @@ def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
                 field = value if isinstance(value, str) and value else field
             messages.append(message)
             fields.append(field or "")
+            reasons.append(v.reason)
         if not messages:
             return PolicyResult(cp.name, "pass")
-        return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields))
+        return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields), reasons=tuple(reasons))
     except _Failed as exc:
         return PolicyResult(cp.name, "error", (f"{exc.where}: {exc.error}",))
 
 
 def mutate(cp: CompiledPolicy, bindings: Bindings, patcher: Patcher) -> PolicyResult:
     try:
-        bound = _bound(cp, bindings.backend) if cp.variables else None
+        bound = cp.bound
         if not _conditions_met(cp, bindings):
             return PolicyResult(cp.name, "skip", ("matchConditions not met",))
         values = _bound_values(bound.mutations if bound else None, bindings, len(cp.mutations))

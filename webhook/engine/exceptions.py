@@ -23,16 +23,15 @@ select; `namespaces` alone selects every workload in them. An exception exempts 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from webhook.documents import load_yaml_documents
 from webhook.errors import InputError, PolicyError
-from webhook.fieldreader import FieldReader, type_name
+from webhook.fieldreader import FieldReader, rfc3339, type_name
 from webhook.workloads.model import Workload
 
 API_VERSION = "trainguard.dev/v1alpha1"
@@ -48,7 +47,6 @@ _SELECTOR_FIELDS = {"matchLabels", "matchExpressions"}
 _EXPRESSION_FIELDS = {"key", "operator", "values"}
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 # RFC 3339 date-time: a full date, a time and an offset (Z or ±hh:mm); fractions allowed.
-_RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:[Zz]|[+-]\d{2}:\d{2})$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,17 +286,12 @@ def _timestamp(r: _Reader, value: Any, field: str) -> datetime:
     hint = 'an RFC 3339 timestamp with a time zone, e.g. "2026-12-31T00:00:00Z"'
     if value is None:
         raise r.fail(f"is required ({hint})", field)
-    if isinstance(value, datetime):  # an unquoted YAML timestamp
-        if value.tzinfo is None:  # no offset written: whose midnight?
-            raise r.fail(f"must be {hint}, got {value.isoformat(sep=' ')!r} (no time zone)", field)
-        return value
-    if isinstance(value, date) or not isinstance(value, str) or not _RFC3339.match(value.strip()):
+    if isinstance(value, datetime) and value.tzinfo is None:  # no offset written: whose midnight?
+        raise r.fail(f"must be {hint}, got {value.isoformat(sep=' ')!r} (no time zone)", field)
+    parsed = rfc3339(value)
+    if parsed is None:
         raise r.fail(f"must be {hint}, got {value!r}", field)
-    text = value.strip().replace("z", "Z").replace("t", "T")
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise r.fail(f"must be {hint}, got {value!r}", field) from None
+    return parsed
 
 
 def exception_files(paths: Iterable[str | Path]) -> list[Path]:

@@ -17,6 +17,8 @@ from webhook.documents import load_yaml_documents
 from webhook.engine.model import (
     FAILURE_POLICIES,
     MODES,
+    REVIEW_QUESTION_ANNOTATION,
+    REVIEW_QUESTIONS,
     Expression,
     Match,
     Mutation,
@@ -217,6 +219,12 @@ def parse_policy(doc: Any, path: str, index: int) -> Policy:
     for i, v in enumerate(validations):
         if v.message is None and v.message_expression is None:
             raise r.fail("message or messageExpression is required", f"spec.validations[{i}]")
+    question = annotations.get(REVIEW_QUESTION_ANNOTATION)
+    if question is not None and question not in REVIEW_QUESTIONS:
+        raise r.fail(
+            f"must be one of {', '.join(REVIEW_QUESTIONS)}, got {question!r}",
+            f"metadata.annotations[{REVIEW_QUESTION_ANNOTATION}]",
+        )
     return Policy(
         name=policy_name,
         path=path,
@@ -229,6 +237,7 @@ def parse_policy(doc: Any, path: str, index: int) -> Policy:
         variables=r.named_list(spec.get("variables"), "spec.variables"),
         validations=validations,
         mutations=mutations,
+        review_question=question,
     )
 
 

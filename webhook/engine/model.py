@@ -7,7 +7,10 @@ pipeline returns a Decision. Nothing here evaluates anything.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from webhook.workloads.model import Workload
 
 Mode = Literal["Enforce", "Warn", "Audit"]
 FailurePolicy = Literal["Fail", "Ignore"]
@@ -15,6 +18,9 @@ MemberPods = Literal["Exclude", "Include", "Only"]
 Outcome = Literal["pass", "fail", "warn", "audit", "skip", "error", "exempt"]
 
 MODES: tuple[Mode, ...] = ("Enforce", "Warn", "Audit")
+# The platform review question a policy answers (`trainguard review` reads its verdicts from them).
+REVIEW_QUESTION_ANNOTATION = "trainguard.dev/review-question"
+REVIEW_QUESTIONS = ("gang", "topology", "preemption", "recovery", "pool")
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = ("Fail", "Ignore")
 
 
@@ -76,6 +82,7 @@ class Policy:
     variables: tuple[NamedExpression, ...] = ()
     validations: tuple[Validation, ...] = ()
     mutations: tuple[Mutation, ...] = ()
+    review_question: str | None = None  # one of REVIEW_QUESTIONS
 
     @property
     def mutating(self) -> bool:
@@ -92,6 +99,7 @@ class PolicyResult:
     fields: tuple[str, ...] = ()  # dotted paths of the fields the messages point at
     patch: tuple[dict[str, Any], ...] = ()  # ops this mutation produced
     exemption: str | None = None  # justification of the exception that exempted it
+    reasons: tuple[str, ...] = ()  # each failed validation's `reason` (Forbidden when absent)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +120,6 @@ class Decision:
     audits: list[Finding] = field(default_factory=list)  # Audit failures
     patch: list[dict[str, Any]] = field(default_factory=list)  # RFC 6902 ops, in order
     results: list[PolicyResult] = field(default_factory=list)
-    workload: Any = None  # the Workload after mutation, None for objects we do not decide
-    mutated: Any = None  # the object after the patch (the original when the patch is empty)
+    workload: Workload | None = None  # the Workload after mutation, None for objects we do not decide
+    mutated: dict[str, Any] | None = None  # the object after the patch (the original when it is empty)
     skipped_reason: str | None = None  # why nothing was decided (excluded namespace, not a workload)

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.fields import escape as escape
+from webhook.fields import unescape
+
 EDIT_OPS = ("set", "default", "merge", "upsert", "append", "remove", "requireNodeExpression")
 _TERMS = ("affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms")
 
@@ -31,16 +34,12 @@ class EditError(ValueError):
     """An edit that is malformed or cannot apply to this object."""
 
 
-def escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
-
-
 def parse_pointer(pointer: str) -> list[str]:
     if pointer == "":
         return []
     if not pointer.startswith("/"):
         raise EditError(f"path {pointer!r} is not a JSON pointer (must start with '/')")
-    return [t.replace("~1", "/").replace("~0", "~") for t in pointer[1:].split("/")]
+    return [unescape(t) for t in pointer[1:].split("/")]
 
 
 def to_pointer(tokens: list[str]) -> str:

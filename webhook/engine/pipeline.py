@@ -5,16 +5,20 @@ The webhook, the CLI and the review gate all call this; nothing here knows about
 
 from __future__ import annotations
 
+import hashlib
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any, Protocol
 
+import orjson
+
 from webhook.config import PlatformConfig
-from webhook.context import eviction_key
-from webhook.engine import decide, evaluate, match
-from webhook.engine.compile import PolicySet
+from webhook.context import Runtimes, eviction_key
+from webhook.engine import decide, evaluate, match, reads
+from webhook.engine.compile import CompiledPolicy, PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
 from webhook.nodelevel import node_level_reason
@@ -39,7 +43,13 @@ class AdmissionInput:
     user_info: Mapping[str, Any] = field(default_factory=dict)
     dry_run: bool = False
     # TrainingRuntimes, PriorityClasses … seen beside the object (CLI) or in the cluster (webhook)
-    runtimes: Mapping[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    runtimes: Runtimes = field(default_factory=dict)
+    # A time.monotonic() instant. Policies not yet evaluated when it passes take their
+    # failurePolicy outcome, so a slow policy cannot hold the API server past its webhook timeout.
+    deadline: float | None = None
+
+
+BUDGET_EXCEEDED = "time budget exceeded"
 
 
 class Engine:
@@ -49,10 +59,14 @@ class Engine:
         config: PlatformConfig,
         *,
         priority_classes: Mapping[str, int] | None = None,
-        runtimes: Mapping[tuple[str | None, str], dict[str, Any]] | None = None,
+        runtimes: Runtimes | None = None,
         exceptions: Sequence[Exemption] = (),
         cluster: Mapping[str, Any] | None = None,
+        remember: int = 0,
     ) -> None:
+        """`remember`: how many adapted objects to keep, by content, for a later call on the same
+        object (the webhook's validating call after a mutating call that changed nothing, a
+        reinvoked mutation). 0, the default, keeps none: a CLI run sees each object once."""
         self.policies = policies
         self.config = config
         self.priority_classes = dict(priority_classes or {})
@@ -67,7 +81,18 @@ class Engine:
         self.evictions: Mapping[str, Any] = (cluster or {}).get("evictions") or {}
         self.runtimes = dict(runtimes or {})
         self.exceptions = tuple(exceptions)
-        evaluate.prepare(policies.policies, policies.backend)  # compiled now, not on a first request
+        # Only what the policies read is handed to CEL (engine/reads.py); what does not change
+        # between requests (params, cluster) is trimmed and converted here, once.
+        self._reads = reads.reads(policy_sources(policies), _READ_VARIABLES)
+        self._view_keys = _top_keys(self._reads.get("workload"))
+        self._old_view_keys = _top_keys(self._reads.get("oldWorkload"))
+        self._constants = policies.backend.prepare(
+            {
+                "params": self._trimmed("params", config.params()),
+                "cluster": self._trimmed("cluster", self.cluster),
+            }
+        )
+        self._adapted = _Adapted(remember)
         self._mutating = policies.mutating  # PolicySet builds these tuples on every access
         self._validating = policies.validating
 
@@ -93,17 +118,22 @@ class Engine:
             return Decision(True, mutated=obj, skipped_reason=reason)
         ctx = AdaptContext(
             config=self.config,
-            runtimes={**self.runtimes, **inp.runtimes},
+            runtimes={**self.runtimes, **inp.runtimes} if inp.runtimes else self.runtimes,
             priority_classes=self.priority_classes,
             namespace=namespace,
         )
-        workload = build_workload(obj, ctx)
+        # Remembered adaptations are keyed by content and namespace; a call that brings its own
+        # runtimes is adapted afresh.
+        adapted = self._adapted if not inp.runtimes else _Adapted(0)
+        workload = adapted.build(obj, ctx)
         if workload is None:
             return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
-        old_workload = build_workload(inp.old_object, ctx) if inp.old_object else None
+        old_workload = None
+        if inp.old_object and "oldWorkload" in self._reads:
+            old_workload = adapted.build(inp.old_object, ctx)
         base = {
-            "oldObject": inp.old_object,
-            "oldWorkload": old_workload.view() if old_workload else None,
+            "oldObject": self._trimmed("oldObject", inp.old_object),
+            "oldWorkload": self._view(old_workload, "oldWorkload", self._old_view_keys),
             "request": {
                 "operation": inp.operation,
                 "namespace": namespace,
@@ -111,10 +141,11 @@ class Engine:
                 "userInfo": dict(inp.user_info),
                 "dryRun": inp.dry_run,
             },
-            "params": self.config.params(),
-            "cluster": self._cluster_for(workload, namespace),
             "variables": {},
         }
+        cluster = self._cluster_for(workload, namespace)
+        if cluster is not None:  # overrides the prepared constant for this request only
+            base["cluster"] = cluster
         evaluated: list[tuple[Policy, PolicyResult]] = []
         now = now or datetime.now(UTC)
         run = self._run if timings is None else self._timed(timings)
@@ -122,44 +153,77 @@ class Engine:
         patcher = Patcher(obj)
         if mutate:
             bindings = evaluate.Bindings(
-                self.policies.backend, {**base, "object": obj, "workload": workload.view()}
+                self.policies.backend,
+                {**base, "object": self._trimmed("object", obj), "workload": self._workload_view(workload)},
+                self._constants,
             )
             for cp in self._mutating:
-                result = run(cp, workload, inp.operation, namespace, now, bindings, patcher)
+                result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
                 evaluated.append((cp.policy, result))
             if patcher.ops and validate:
                 # Validation sees the mutated object. Without validation (the /mutate endpoint)
                 # nothing reads the re-adapted workload, so it is not built: the Decision then
                 # carries the workload the mutations saw.
-                workload = build_workload(patcher.doc, ctx) or workload
+                workload = adapted.build(patcher.doc, ctx) or workload
 
         if validate:
             bindings = evaluate.Bindings(
-                self.policies.backend, {**base, "object": patcher.doc, "workload": workload.view()}
+                self.policies.backend,
+                {
+                    **base,
+                    "object": self._trimmed("object", patcher.doc),
+                    "workload": self._workload_view(workload),
+                },
+                self._constants,
             )
             for cp in self._validating:
-                result = run(cp, workload, inp.operation, namespace, now, bindings, None)
+                result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
                 evaluated.append((cp.policy, result))
 
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
         return decide.decide(decision, evaluated)
 
-    def _cluster_for(self, workload: Workload, namespace: str | None) -> dict[str, Any]:
-        """`cluster`, with `evictions` holding only the records under this workload's names."""
-        if not self.evictions:
-            return self.cluster
+    def _cluster_for(self, workload: Workload, namespace: str | None) -> Any:
+        """`cluster` with `evictions` holding the records under this workload's names; None when
+        there are none (the prepared constant, with no records, serves)."""
+        if not self.evictions or "cluster" not in self._reads:
+            return None
         found = {
             k: self.evictions[k] for k in eviction_candidates(workload, namespace) if k in self.evictions
         }
-        return {**self.cluster, "evictions": found} if found else self.cluster
+        return self._trimmed("cluster", {**self.cluster, "evictions": found}) if found else None
 
-    def _timed(self, timings: dict[str, float]) -> Callable[..., PolicyResult]:
+    def _trimmed(self, variable: str, value: Any) -> Any:
+        """`value` as CEL sees it: None when no policy reads the variable, else the paths read."""
+        tree = self._reads.get(variable)
+        return None if tree is None or value is None else reads.trim(value, tree)
+
+    def _workload_view(self, workload: Workload) -> Any:
+        return self._view(workload, "workload", self._view_keys)
+
+    def _view(self, workload: Workload | None, variable: str, keys: frozenset[str] | None) -> Any:
+        # The view is built with the top-level keys read; below them it is small enough that
+        # trimming would cost more than the conversion it saves.
+        if workload is None or variable not in self._reads:
+            return None
+        return workload.view(keys)
+
+    def _timed(self, timings: dict[str, float]) -> _Run:
         """`_run`, recording each policy's perf_counter seconds (the webhook samples 1 in N requests)."""
 
-        def run(cp: Any, *args: Any) -> PolicyResult:
+        def run(
+            cp: CompiledPolicy,
+            workload: Workload,
+            operation: str,
+            namespace: str | None,
+            now: datetime,
+            bindings: evaluate.Bindings,
+            patcher: Patcher | None,
+            deadline: float | None = None,
+        ) -> PolicyResult:
             start = perf_counter()
             try:
-                return self._run(cp, *args)
+                return self._run(cp, workload, operation, namespace, now, bindings, patcher, deadline)
             finally:
                 timings[cp.name] = perf_counter() - start
 
@@ -167,17 +231,21 @@ class Engine:
 
     def _run(
         self,
-        cp: Any,
+        cp: CompiledPolicy,
         workload: Workload,
         operation: str,
         namespace: str | None,
         now: datetime,
         bindings: evaluate.Bindings,
         patcher: Patcher | None,
+        deadline: float | None = None,
     ) -> PolicyResult:
         reason = match.skip_reason(cp.policy.match, workload, operation, namespace)
         if reason is not None:
             return PolicyResult(cp.name, "skip", (reason,))
+        if deadline is not None and monotonic() >= deadline:
+            # Not evaluated: decide.py maps the error through failurePolicy (Fail denies, Ignore warns).
+            return PolicyResult(cp.name, "error", (BUDGET_EXCEEDED,))
         if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
             # Kueue's pod webhook rejects label changes on the pods it manages.
             return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
@@ -208,6 +276,66 @@ def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:
         keys.append(eviction_key(ns, "Workload", group))
     keys.append(eviction_key(ns, workload.kind, workload.name))
     return keys
+
+
+# Engine._run's signature: one policy against one request.
+_Run = Callable[
+    [
+        CompiledPolicy,
+        Workload,
+        str,
+        "str | None",
+        datetime,
+        evaluate.Bindings,
+        "Patcher | None",
+        "float | None",
+    ],
+    PolicyResult,
+]
+
+_READ_VARIABLES = ("object", "oldObject", "workload", "oldWorkload", "params", "cluster")
+
+
+def policy_sources(policies: PolicySet) -> list[str]:
+    """Every CEL source of the set: what engine/reads.py reads the variables' paths from."""
+    out: list[str] = []
+    for cp in policies.policies:
+        p = cp.policy
+        out += [m.expression.source for m in p.match_conditions]
+        out += [v.expression.source for v in p.variables]
+        for v in p.validations:
+            out.append(v.expression.source)
+            out += [e.source for e in (v.message_expression, v.field_expression) if e is not None]
+        out += [m.patch_expression.source for m in p.mutations]
+    return out
+
+
+def _top_keys(tree: reads.Tree | None) -> frozenset[str] | None:
+    """The top-level keys of a path tree, None for the whole value (or an unread one)."""
+    return frozenset(tree) if tree else None
+
+
+class _Adapted:
+    """Workloads adapted from objects, remembered by content (see Engine's `remember`)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._known: dict[tuple[str | None, bytes], Workload | None] = {}
+        self._lock = threading.Lock()
+
+    def build(self, obj: dict[str, Any], ctx: AdaptContext) -> Workload | None:
+        if not self._size:
+            return build_workload(obj, ctx)
+        key = (ctx.namespace, hashlib.blake2b(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).digest())
+        with self._lock:
+            if key in self._known:
+                return self._known[key]
+        workload = build_workload(obj, ctx)
+        with self._lock:
+            if len(self._known) >= self._size:
+                del self._known[next(iter(self._known))]  # the oldest
+            self._known[key] = workload
+        return workload
 
 
 def _node_level(inp: AdmissionInput) -> str | None:

@@ -146,7 +146,8 @@ def review_document(
     namespace: str,
     now: datetime,
 ) -> WorkloadReview:
-    workload: Workload = decision.workload
+    workload = decision.workload
+    assert workload is not None and decision.mutated is not None, "review_document takes decided workloads"
     mutating = {p.name for p in engine.policies.mutating}
     facts = Facts(
         workload=workload,
@@ -156,6 +157,11 @@ def review_document(
         results={r.policy: r for r in decision.results},
         config=engine.config,
         priority_values=engine.priority_values,
+        questions={
+            cp.name: cp.policy.review_question
+            for cp in engine.policies.validating
+            if cp.policy.review_question is not None
+        },
     )
     locate = _Locator(doc, docs)
     findings: list[FindingRecord] = []

@@ -15,6 +15,9 @@ from typing import Any
 
 from webhook.config import PlatformConfig, parse_duration
 from webhook.errors import InputError
+from webhook.fieldreader import type_name as type_name
+from webhook.fields import at as at
+from webhook.fields import escape as escape
 from webhook.fields import pointer_to_path
 from webhook.kinds import KindInfo, Role
 from webhook.workloads.model import (
@@ -26,6 +29,7 @@ from webhook.workloads.model import (
     TopologyConstraint,
     WorkloadClass,
 )
+from webhook.workloads.torchrun.limits import WorkloadBudget
 
 # Keys trainguard reads on workloads.
 TIER_LABEL = "trainguard.dev/tier"
@@ -71,13 +75,6 @@ class AdaptContext:
 
 # --------------------------------------------------------------------------------------------
 # Field paths
-
-
-def escape(token: str) -> str:
-    """One JSON-pointer reference token (RFC 6901)."""
-    if "~" in token or "/" in token:
-        return token.replace("~", "~0").replace("/", "~1")
-    return token
 
 
 def join(path: str, suffix: str) -> str:
@@ -157,33 +154,6 @@ def str_map(value: Any, where: str) -> dict[str, str]:
     return out
 
 
-def type_name(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return type(value).__name__
-
-
-def at(obj: Any, pointer: str) -> Any:
-    """The value at a JSON pointer, or None when any step is missing."""
-    cur = obj
-    for token in pointer.split("/")[1:]:
-        if isinstance(cur, dict):
-            cur = cur.get(token)
-        elif isinstance(cur, list) and token.isdigit() and int(token) < len(cur):
-            cur = cur[int(token)]
-        else:
-            return None
-    return cur
-
-
 def job_pods(job_spec: dict[str, Any], where: str) -> int:
     """Pods a batch Job runs at once: parallelism (default 1), at most completions."""
     parallelism = count(job_spec.get("parallelism"), f"{where}.parallelism", 1)
@@ -243,6 +213,8 @@ class Draft:
     patch_pool_targets: list[dict[str, str]] = field(default_factory=list)  # from TrainJob runtimePatches
     gaps: list[dict[str, str]] = field(default_factory=list)
     unknown_runtime: str | None = None
+    # The work left for reading this workload's launch lines (every container draws on it).
+    launch_budget: WorkloadBudget = field(default_factory=WorkloadBudget)
 
     @classmethod
     def start(cls, obj: dict[str, Any], ctx: AdaptContext, info: KindInfo) -> Draft:

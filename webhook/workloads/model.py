@@ -7,6 +7,7 @@ where PyTorchJob and JobSet keep their replica counts.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
@@ -30,10 +31,17 @@ class TorchrunSpec:
     standalone: bool = False
     rdzv_backend: str | None = None
     max_restarts: int | None = None
-    # Field name -> "flag" | "env": where each value came from.
+    # Field name -> "flag" | "env" | "operator": where each value came from.
     sources: dict[str, str] = field(default_factory=dict)
-    # Fields whose value was a $VAR reference we could not resolve from the container env.
+    # Fields whose value was a $VAR reference we could not resolve from the container env, and the
+    # markers "argv", "invalid", "limit" (webhook.workloads.torchrun.unknown).
     unresolved: tuple[str, ...] = ()
+    # For each "operator" source: the workload field the training operator injects it from
+    # ("nproc_per_node" -> "spec.nprocPerNode").
+    injected: dict[str, str] = field(default_factory=dict)
+    # Set when the launch line was past one of the parser's caps (its facts are then unknown):
+    # which cap, in words ("command + args has 175,000 words, over the cap of 1,024").
+    limit: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +57,8 @@ class Container:
     args: tuple[str, ...] = field(metadata={"view": False})
     env: dict[str, str | None] = field(metadata={"view": False})  # valueFrom entries map to None
     torchrun: TorchrunSpec | None = field(default=None, metadata={"view": False})
+    # The process count of an `mpirun -np N` launch line (MPIJob launchers), when N is a number.
+    mpirun_np: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,8 +212,9 @@ class Workload:
     def torchrun(self) -> tuple[tuple[PodGroup, Container, TorchrunSpec], ...]:
         return tuple((g, c, c.torchrun) for g in self.groups for c in g.containers if c.torchrun is not None)
 
-    def view(self) -> dict[str, Any]:
-        """The CEL `workload` variable: plain JSON-like data, camelCase keys.
+    def view(self, keys: Collection[str] | None = None) -> dict[str, Any]:
+        """The CEL `workload` variable: plain JSON-like data, camelCase keys; only `keys` when given
+        (the engine builds just what its policies read).
 
         Containers carry name, pointer and accelerators, not their raw command line and env
         (those are on `object`; torchrun's parsed facts are in `torchrun`). Besides the fields,
@@ -212,17 +223,28 @@ class Workload:
         TrainJob, "" for a Pod) and each
         torchrun entry's container field path.
         """
-        out: dict[str, Any] = _to_view(self)
-        out["member"] = self.member
-        for group, gv in zip(self.groups, out["groups"], strict=True):
-            gv["fieldPrefix"] = (
-                pointer_to_path(group.template_pointer) + "."
-                if group.template_pointer
-                else group.source_field + "."
-                if group.source_field
-                else ""
-            )
-        out["torchrun"] = [
+        names = _view_fields(type(self)) or ()
+        out: dict[str, Any] = {}
+        for name, key in names:
+            if keys is None or key in keys:
+                v = getattr(self, name)
+                out[key] = v if type(v) in _SCALARS else _to_view(v)
+        if "groups" in out:
+            for group, gv in zip(self.groups, out["groups"], strict=True):
+                gv["fieldPrefix"] = (
+                    pointer_to_path(group.template_pointer) + "."
+                    if group.template_pointer
+                    else group.source_field + "."
+                    if group.source_field
+                    else ""
+                )
+        for key, compute in _COMPUTED.items():
+            if keys is None or key in keys:
+                out[key] = compute(self)
+        return out
+
+    def _torchrun_view(self) -> list[dict[str, Any]]:
+        return [
             {
                 "group": g.name,
                 "container": c.name,
@@ -233,16 +255,23 @@ class Workload:
             | _to_view(t)
             for g, c, t in self.torchrun
         ]
+
+    def _torchrun_pods(self) -> int:
+        if self.kind == "Pod":
+            return self.total_pods
         torchrun_groups = {g.name for g, _, _ in self.torchrun}
-        out["torchrunPods"] = (
-            self.total_pods
-            if self.kind == "Pod"
-            else sum(g.replicas for g in self.groups if g.name in torchrun_groups)
-        )
-        out["gpuPods"] = sum(g.replicas for g in self.groups if g.gpus_per_pod > 0)
-        out["podLabelValue"] = pod_label_value(self.group_identity)
-        out["suspendField"] = pointer_to_path(self.suspend_path) if self.suspend_path else None
-        return out
+        return sum(g.replicas for g in self.groups if g.name in torchrun_groups)
+
+
+# The view's keys computed from the fields rather than copied from one.
+_COMPUTED: dict[str, Callable[[Workload], Any]] = {
+    "member": lambda w: w.member,
+    "torchrun": Workload._torchrun_view,
+    "torchrunPods": Workload._torchrun_pods,
+    "gpuPods": lambda w: sum(g.replicas for g in w.groups if g.gpus_per_pod > 0),
+    "podLabelValue": lambda w: pod_label_value(w.group_identity),
+    "suspendField": lambda w: pointer_to_path(w.suspend_path) if w.suspend_path else None,
+}
 
 
 def pod_label_value(name: str) -> str:

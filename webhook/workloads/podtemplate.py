@@ -20,7 +20,7 @@ from webhook.workloads.common import (
     type_name,
 )
 from webhook.workloads.model import Container, PodGroup
-from webhook.workloads.torchrun import parse_container
+from webhook.workloads.torchrun import WorkloadBudget, parse_container
 
 ACCELERATORS: frozenset[str] = frozenset(
     (
@@ -120,7 +120,9 @@ def read_template(
         base = f"{pointer}/spec/containers/" if patchable else None
         out = []
         for i, c in enumerate(raw):
-            container = _container(c, f"{base}{i}" if base else "", source, where, i, trainer)
+            container = _container(
+                c, f"{base}{i}" if base else "", source, where, i, trainer, d.launch_budget
+            )
             gpus += container.gpus
             out.append(container)
         containers = tuple(out)
@@ -201,7 +203,13 @@ def _str_map(value: Any, source: str | None, where: str, suffix: str) -> dict[st
 
 
 def _container(
-    c: Any, pointer: str, source: str | None, where: str, index: int, trainer: dict[str, Any] | None
+    c: Any,
+    pointer: str,
+    source: str | None,
+    where: str,
+    index: int,
+    trainer: dict[str, Any] | None,
+    budget: WorkloadBudget,
 ) -> Container:
     loc = f"{where}/spec/containers/{index}"  # the container in its source object
     if type(c) is not dict:
@@ -245,7 +253,7 @@ def _container(
         command=cmd,
         args=arg,
         env=env,
-        torchrun=parse_container(cmd, arg, env),
+        torchrun=parse_container(cmd, arg, env, container_index=index, budget=budget),
     )
 
 

@@ -37,6 +37,8 @@ from webhook.workloads.common import (
 from webhook.workloads.jobset import EXCLUSIVE_TOPOLOGY
 from webhook.workloads.model import ElasticRange, Restarts
 from webhook.workloads.podtemplate import pod_affinity, read_template, required_node_terms
+from webhook.workloads.torchrun.injection import Injected, inject
+from webhook.workloads.torchrun.mpi import set_mpirun_np
 
 ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
 WEBHOOK_MANAGER = "trainguard.dev/webhook"  # the runtimePatches entry trainguard writes
@@ -71,6 +73,14 @@ def adapt(d: Draft) -> None:
         # Runtime unknown (or without replicatedJobs): the trainer pods as the TrainJob states them.
         stand_in = {"spec": {"containers": [{"name": TRAINER_NODE}]}}
         read_template(d, stand_in, "", TRAINER_NODE, nodes, patchable=False, source=source, trainer=trainer)
+    # The trainer container is the one spec.trainer overrides (podtemplate gives it this pointer).
+    inject(
+        d.groups,
+        _operator_env(trainer, ml, nodes, bool(jobs), source),
+        lambda g, c: c.pointer == "/spec/trainer",
+        d.launch_budget,
+    )
+    set_mpirun_np(d.groups, lambda g, c: c.pointer == "/spec/trainer")  # an MPI runtime's launcher
 
     pgp = mapping(rspec.get("podGroupPolicy"), f"{source}:spec.podGroupPolicy")
     if pgp:
@@ -200,3 +210,27 @@ def runtime_patches(d: Draft) -> None:
             )
             for pool, suffix, via in hits:
                 d.patch_pool_targets.append({"pool": pool, "field": join(pw, suffix), "via": via})
+
+
+def _operator_env(
+    trainer: dict[str, Any], ml: dict[str, Any], nodes: int, known: bool, source: str
+) -> dict[str, Injected]:
+    """PET_NNODES / PET_NPROC_PER_NODE as Trainer's torch plugin sets them on the trainer container
+    (pkg/runtime/framework/plugins/torch): from numNodes and numProcPerNode. A runtime that is not
+    torch's gets none; an unknown runtime is taken as torch's when the container runs torchrun."""
+    if known and "torch" not in ml:
+        return {}
+    out: dict[str, Injected] = {}
+    if trainer.get("numNodes") is not None:
+        out["PET_NNODES"] = Injected(str(nodes), "spec.trainer.numNodes")
+    elif known:
+        out["PET_NNODES"] = Injected(str(nodes), f"{source}:spec.mlPolicy.numNodes")
+    torch = ml.get("torch")
+    if trainer.get("numProcPerNode") is not None:
+        out["PET_NPROC_PER_NODE"] = Injected(
+            text(trainer["numProcPerNode"]) or "", "spec.trainer.numProcPerNode"
+        )
+    elif isinstance(torch, dict) and torch.get("numProcPerNode") is not None:
+        where = f"{source}:spec.mlPolicy.torch.numProcPerNode"  # Trainer v2.0 and v2.1
+        out["PET_NPROC_PER_NODE"] = Injected(text(torch["numProcPerNode"]) or "", where)
+    return out

@@ -1,0 +1,50 @@
+"""Optional cluster awareness; without cluster access the server works from its files alone and
+nothing here is imported. The only package, with webhook/leader.py, that uses the kubernetes client.
+
+    watch         a generic watch cache (list, watch from the list's resourceVersion, re-list on
+                  410 Gone, bounded jittered backoff), with pure event handling
+    caches        ClusterCaches: PriorityClasses, TrainingRuntimes, ClusterTrainingRuntimes and
+                  PolicyExceptions, each a watch cache
+    credentials   an ApiClient from a kubeconfig or the service account
+    registration  Registrar: server-side apply of the two webhook configurations with the current CA
+"""
+
+from __future__ import annotations
+
+from webhook.cluster.caches import ClusterCaches, exception_value
+from webhook.cluster.credentials import api_client
+from webhook.cluster.registration import FIELD_MANAGER, Registrar
+from webhook.cluster.watch import (
+    WATCH_TIMEOUT_SECONDS,
+    Backoff,
+    ClusterError,
+    Resource,
+    WatchCache,
+    apply_event,
+    cluster_scoped_key,
+    name_key,
+    namespaced_key,
+    object_value,
+    priority_value,
+    replace_all,
+)
+
+__all__ = [
+    "FIELD_MANAGER",
+    "WATCH_TIMEOUT_SECONDS",
+    "Backoff",
+    "ClusterCaches",
+    "ClusterError",
+    "Registrar",
+    "Resource",
+    "WatchCache",
+    "api_client",
+    "apply_event",
+    "cluster_scoped_key",
+    "exception_value",
+    "name_key",
+    "namespaced_key",
+    "object_value",
+    "priority_value",
+    "replace_all",
+]

@@ -1,0 +1,153 @@
+"""What a container's torchrun launch line and PET_* environment say about the job's shape.
+
+Pure Python: the webhook never imports torch. The parser reproduces what torch itself does with the
+same input, and `tests/torch/` holds it to that against torch's own `get_args_parser()`. The path
+of one container, one module per step:
+
+1. `kubelet`: Kubernetes builds the argv, `command + args` (an empty `command` means the image's
+   entrypoint, which we cannot see; `args` are then taken as the argv when they start with a
+   launcher), and expands `$(VAR)` from the container's env. Without a shell nobody expands
+   `$VAR`: torch receives it as written (and rejects `--nnodes=$N`, as we do).
+2. `launcher`: finds `torchrun` / `python -m torch.distributed.run|launch`, looking through
+   wrappers (`exec`, `env NAME=…`, `timeout 5`, `nice`, …) and into shells;
+3. `shell`: a shell (`sh -c`, `bash -lc`, …) runs its script: lexed like POSIX sh and walked
+   command by command (`environ` is the environment each command starts with);
+4. `options`: the launcher's argv read the way torch's argparse parser does, `PET_<DEST>`
+   environment values standing in for absent flags;
+5. `spec`: the resulting TorchrunSpec (unknown values are never guessed: `unknown` has the markers).
+
+`limits` holds every cap: each step is linear in its input, and past a cap the facts are unknown,
+with `TorchrunSpec.limit` saying why (the `launch-limits` policy shows it as a warning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from webhook.workloads.model import TorchrunSpec
+from webhook.workloads.torchrun import kubelet
+from webhook.workloads.torchrun.environ import Environ
+from webhook.workloads.torchrun.launcher import Found, find_launch, launcher_word
+from webhook.workloads.torchrun.limits import (
+    MAX_ARGV_BYTES,
+    MAX_CONTAINERS,
+    MAX_ENV_ENTRIES,
+    MAX_WORDS,
+    Meter,
+    OverLimit,
+    WorkloadBudget,
+    over,
+)
+from webhook.workloads.torchrun.shell import Unfollowable, mentions_launcher
+from webhook.workloads.torchrun.spec import Injected, LaunchParse, evaluate
+from webhook.workloads.torchrun.unknown import ARGV, INVALID, LIMIT
+
+__all__ = [
+    "ARGV",
+    "INVALID",
+    "LIMIT",
+    "Injected",
+    "LaunchParse",
+    "WorkloadBudget",
+    "parse_container",
+    "parse_launch",
+]
+
+
+def parse_container(
+    command: Sequence[str],
+    args: Sequence[str],
+    env: Mapping[str, str | None],
+    *,
+    injected: Mapping[str, Injected] | None = None,
+    container_index: int = 0,
+    budget: WorkloadBudget | None = None,
+) -> TorchrunSpec | None:
+    """The container's torchrun view, or None when it neither launches torchrun nor sets PET_NNODES /
+    PET_NPROC_PER_NODE (then the launcher is "env").
+
+    `injected`: PET_* entries the training operator adds to this container (they override the
+    container's own, as the kubelet lets the last entry of a name win); they feed a launch, but do
+    not make one. `container_index`: the container's place in its pod (limits.MAX_CONTAINERS).
+    `budget`: the work its workload has left (limits.MAX_WORKLOAD_WORK), charged with this parse.
+    """
+    parsed = parse_launch(
+        command, args, env, injected=injected, container_index=container_index, budget=budget
+    )
+    return parsed.spec
+
+
+def parse_launch(
+    command: Sequence[str],
+    args: Sequence[str],
+    env: Mapping[str, str | None],
+    *,
+    injected: Mapping[str, Injected] | None = None,
+    container_index: int = 0,
+    budget: WorkloadBudget | None = None,
+) -> LaunchParse:
+    """Like parse_container, with the launched argv, the reason for an INVALID verdict and the work spent."""
+    meter = budget.meter() if budget is not None else Meter()
+    try:
+        return _parse(command, args, env, injected, container_index, meter)
+    finally:
+        if budget is not None:
+            budget.spent(meter)
+
+
+def _parse(
+    command: Sequence[str],
+    args: Sequence[str],
+    env: Mapping[str, str | None],
+    injected: Mapping[str, Injected] | None,
+    container_index: int,
+    meter: Meter,
+) -> LaunchParse:
+    words = (*command, *args)
+    limit = _over_a_cap(words, env, container_index)
+    own_pet = "PET_NNODES" in env or "PET_NPROC_PER_NODE" in env
+    if limit is None:
+        full = {**env, **{k: v.value for k, v in injected.items()}} if injected else env
+        try:
+            found = _find(command, words, full, meter)
+            if found is None:
+                if not own_pet:
+                    return LaunchParse(spec=None, work=meter.work)
+                found = Found(launcher="env", argv=(), env=_pet(env))
+            return evaluate(found, meter, injected)
+        except OverLimit as e:
+            limit = str(e)
+    # Past a cap: nothing more is read than a scan for a launcher's name.
+    launcher = next((m for m in map(mentions_launcher, words) if m), None)
+    if launcher is None and not own_pet:
+        return LaunchParse(spec=None, work=meter.work)
+    return evaluate(Found(launcher or "env", None, {}), meter, limit=limit)
+
+
+def _over_a_cap(words: Sequence[str], env: Mapping[str, str | None], container_index: int) -> str | None:
+    if container_index >= MAX_CONTAINERS:
+        return f"its pod has more than {MAX_CONTAINERS} containers (container #{container_index + 1})"
+    if len(words) > MAX_WORDS:
+        return over("command + args", len(words), MAX_WORDS, "words")
+    size = sum(map(len, words))
+    if size > MAX_ARGV_BYTES:
+        return over("command + args", size, MAX_ARGV_BYTES, "characters")
+    if len(env) > MAX_ENV_ENTRIES:
+        return over("env", len(env), MAX_ENV_ENTRIES, "entries")
+    return None
+
+
+def _find(
+    command: Sequence[str], words: Sequence[str], env: Mapping[str, str | None], meter: Meter
+) -> Found | None:
+    expanded = [kubelet.expand(w, env, meter) for w in words]
+    if not expanded or not (command or launcher_word(expanded[0])):
+        return None
+    try:
+        return find_launch(expanded, Environ(env), 0, meter)
+    except Unfollowable as e:
+        return Found(e.launcher, None, _pet(env)) if e.launcher else None
+
+
+def _pet(env: Mapping[str, str | None]) -> dict[str, str | None]:
+    return {k: v for k, v in env.items() if k.startswith("PET_")}
