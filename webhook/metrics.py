@@ -22,6 +22,7 @@ _OPERATIONS = frozenset(("CREATE", "UPDATE", "DELETE", "CONNECT"))
 
 # An admission takes well under a millisecond; the API server gives up after its timeout (≤ 30 s).
 _REQUEST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
+_AUDIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _POLICY_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1)
 
 
@@ -99,6 +100,33 @@ class Metrics:
             registry=r,
         )
         self.certificate_expiry.set_function(self._seconds_to_expiry)
+        # Cluster audit (`serve --audit`): filled only on the replica that writes the reports.
+        self.audit_results = Gauge(
+            "trainguard_audit_results",
+            "Results in the policy reports, by policy and result (pass, fail, warn, error, skip).",
+            ["policy", "result"],
+            registry=r,
+        )
+        self.audit_scan_duration = Histogram(
+            "trainguard_audit_scan_duration_seconds",
+            "Time one audit pass spent deciding objects, by kind of pass (full: every object after a "
+            "policy, config or exception change; incremental: objects changed since the last pass).",
+            ["pass"],
+            buckets=_AUDIT_BUCKETS,
+            registry=r,
+        )
+        self.audit_objects = Counter(
+            "trainguard_audit_objects_scanned",
+            "Objects decided by the audit (each decision once).",
+            registry=r,
+        )
+        self.report_writes = Counter(
+            "trainguard_audit_report_writes",
+            "Policy report writes, by operation (apply, delete) and result (success, failure).",
+            ["operation", "result"],
+            registry=r,
+        )
+        self._audit_result_keys: set[tuple[str, str]] = set()
         self._request_children: dict[tuple[str, str, str, str], Counter] = {}
         self._latency_children: dict[str, Histogram] = {}
         self._policy_children: dict[str, Histogram] = {}
@@ -152,6 +180,23 @@ class Metrics:
         for gone in set(self._policy_children) - set(policies):
             del self._policy_children[gone]
             self.policy_latency.remove(gone)
+
+    # -- cluster audit --------------------------------------------------------------------------
+
+    def observe_audit_scan(self, seconds: float, objects: int, full: bool) -> None:
+        self.audit_scan_duration.labels("full" if full else "incremental").observe(seconds)
+        self.audit_objects.inc(objects)
+
+    def set_audit_results(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """The current result counts; series of (policy, result) pairs that went away are removed."""
+        for key in self._audit_result_keys - set(counts):
+            self.audit_results.remove(*key)
+        for (policy, result), n in counts.items():
+            self.audit_results.labels(policy, result).set(n)
+        self._audit_result_keys = set(counts)
+
+    def observe_report_write(self, operation: str, ok: bool) -> None:
+        self.report_writes.labels(operation, "success" if ok else "failure").inc()
 
     def set_certificate_not_after(self, timestamp: float | None) -> None:
         self._not_after = timestamp

@@ -88,6 +88,8 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     metrics_sample_every: int = 16
     log_level: str = "info"
+    audit: bool = False  # keep policy reports of the cluster's workloads (leader-elected writer)
+    report_format: str = "wgpolicy"  # wgpolicy | openreports | both
 
     @property
     def policy_paths(self) -> list[str | Path]:
@@ -537,6 +539,8 @@ def _check(settings: Settings) -> None:
         raise ServerError(f"--ca-bundle {settings.ca_bundle}: no such file")
     if settings.self_register and not settings.cluster:
         raise ServerError("--self-register needs cluster access (--kubeconfig or --in-cluster)")
+    if settings.audit and not settings.cluster:
+        raise ServerError("--audit needs cluster access (--kubeconfig or --in-cluster)")
     if settings.self_register and settings.ca_bundle is None:
         raise ServerError("--self-register needs --ca-bundle (the CA the API server must trust)")
     if settings.reload_interval <= 0:
@@ -597,6 +601,18 @@ def _cluster_hooks(
             reloader.on_ca_change = registrar.update
             reloader.on_config_change = registrar.refresh
             running.append(registrar)
+        if settings.audit:
+            from webhook.audit.cluster_serve import AuditService
+
+            audit = AuditService(
+                api,
+                engine=lambda: reloader.state.engine,
+                lease_namespace=settings.webhook_namespace,
+                report_format=settings.report_format,
+                metrics=reloader.state.metrics,
+            )
+            audit.start()
+            running.append(audit)
 
     def stopping() -> None:
         for component in running:

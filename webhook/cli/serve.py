@@ -64,6 +64,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="URL",
         help="register this URL instead of the Service (webhook outside the cluster)",
     )
+    cluster.add_argument(
+        "--audit",
+        action="store_true",
+        help="keep policy reports of the workloads in the cluster (one replica writes, elected "
+        "through the Lease trainguard-audit in --webhook-namespace)",
+    )
+    cluster.add_argument(
+        "--report-format",
+        choices=("wgpolicy", "openreports", "both"),
+        default="wgpolicy",
+        help="with --audit: wgpolicyk8s.io/v1alpha2 PolicyReports (default), openreports.io/v1alpha1 "
+        "Reports, or both",
+    )
     p.add_argument(
         "--reload-interval",
         type=_positive_float,
@@ -129,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         shutdown_delay=args.shutdown_delay,
         graceful_timeout=args.graceful_timeout,
         log_level=args.log_level,
+        audit=args.audit,
+        report_format=args.report_format,
         **limits,
     )
     return serve(settings)
