@@ -11,7 +11,15 @@ nothing here is imported. The only package, with webhook/leader.py, that uses th
 
 from __future__ import annotations
 
-from webhook.cluster.caches import ClusterCaches, exception_value
+from webhook.cluster.caches import (
+    EXCEPTION_GROUP,
+    EXCEPTION_PLURAL,
+    EXCEPTION_VERSION,
+    TRAINER_GROUP,
+    TRAINER_VERSION,
+    ClusterCaches,
+    exception_value,
+)
 from webhook.cluster.credentials import api_client
 from webhook.cluster.registration import FIELD_MANAGER, Registrar
 from webhook.cluster.watch import (
@@ -30,6 +38,11 @@ from webhook.cluster.watch import (
 )
 
 __all__ = [
+    "EXCEPTION_GROUP",
+    "EXCEPTION_PLURAL",
+    "EXCEPTION_VERSION",
+    "TRAINER_GROUP",
+    "TRAINER_VERSION",
     "FIELD_MANAGER",
     "WATCH_TIMEOUT_SECONDS",
     "Backoff",
