@@ -10,6 +10,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from webhook.config import PlatformConfig
 from webhook.engine import PolicyException
 from webhook.reload import Reloader, Runtimes, read_file
 from webhook.settings import Settings
@@ -40,6 +41,23 @@ def cluster_hooks(
         caches = cluster.ClusterCaches(api, on_change=changed)
         caches.start()
         running.append(caches)
+        if _governs_recovery(reloader.config):
+            # Every worker decides, so every worker needs the eviction records; the Lease picks
+            # one controller across workers and pods. Only where the config governs a tier: the
+            # watches need deploy/rbac-resume.yaml.
+            from webhook.recovery.controller import RecoveryService
+
+            def evicted(records: Mapping[str, Any]) -> None:
+                loop.call_soon_threadsafe(reloader.set_evictions, records)
+
+            recovery = RecoveryService(
+                api,
+                config=lambda: reloader.config,
+                lease_namespace=settings.webhook_namespace,
+                on_evictions=evicted,
+            )
+            recovery.start()
+            running.append(recovery)
         if settings.self_register and register:
             assert settings.ca_bundle is not None
             registrar = cluster.Registrar(
@@ -72,3 +90,8 @@ def cluster_hooks(
             component.stop()
 
     return started, stopping
+
+
+def _governs_recovery(config: PlatformConfig | None) -> bool:
+    """The resume controller runs only where the config governs a tier (deploy/rbac-resume.yaml)."""
+    return config is not None and any(config.recovery(t) for t in ("guaranteed", "preemptible"))

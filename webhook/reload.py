@@ -127,6 +127,7 @@ class Reloader:
     runtimes: Runtimes = field(default_factory=dict)
     file_exceptions: Sequence[PolicyException] = ()  # from --exceptions
     cluster_exceptions: Sequence[PolicyException] = ()  # PolicyException objects in the cluster
+    evictions: Mapping[str, Any] = field(default_factory=dict)  # cluster.evictions (webhook.recovery)
     _seen: _Files | None = None
     _tls_failures: int = 0
 
@@ -180,6 +181,11 @@ class Reloader:
         self._rebuild()
         self.state.metrics.observe_reload("cluster", True)
 
+    def set_evictions(self, evictions: Mapping[str, Any]) -> None:
+        """New eviction records (called on the loop's thread): the resume gate reads them."""
+        self.evictions = evictions
+        self._rebuild()
+
     async def _reload_engine(self, policies: bool, config: bool) -> None:
         policies_before, config_before = self.policies, self.config
         if config:
@@ -228,6 +234,7 @@ class Reloader:
                 priority_classes=self.priority_classes,
                 runtimes=self.runtimes,
                 exceptions=(*self.file_exceptions, *self.cluster_exceptions),
+                cluster={"evictions": self.evictions},
             )
         )
 

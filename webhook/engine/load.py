@@ -43,6 +43,7 @@ _MATCH_FIELDS = {
     "excludeNamespaces",
     "operations",
     "memberPods",
+    "kueueManagedPods",
 }
 _VALIDATION_FIELDS = {"expression", "message", "messageExpression", "reason", "field", "fieldExpression"}
 _ROLES = {"training", "inference"}
@@ -50,6 +51,7 @@ _CLASSES = {"A", "B", "C"}
 _TIERS = {"guaranteed", "preemptible"}
 _OPERATIONS = {"CREATE", "UPDATE"}
 _MEMBER_PODS = {"Exclude", "Include", "Only"}
+_KUEUE_MANAGED_PODS = {"Exclude", "Include"}
 
 
 def default_policies_dir() -> Path:
@@ -120,6 +122,11 @@ def _match(r: _Reader, raw: Any) -> Match:
     member_pods = m.get("memberPods", "Exclude")
     if member_pods not in _MEMBER_PODS:
         raise r.fail(f"must be one of {', '.join(sorted(_MEMBER_PODS))}", "spec.match.memberPods")
+    kueue_managed = m.get("kueueManagedPods", "Exclude")
+    if kueue_managed not in _KUEUE_MANAGED_PODS:
+        raise r.fail(
+            f"must be one of {', '.join(sorted(_KUEUE_MANAGED_PODS))}", "spec.match.kueueManagedPods"
+        )
     return Match(
         kinds=r.strings(m.get("kinds"), "spec.match.kinds"),
         roles=r.strings(m.get("roles"), "spec.match.roles", _ROLES),
@@ -130,6 +137,7 @@ def _match(r: _Reader, raw: Any) -> Match:
         operations=r.strings(m.get("operations"), "spec.match.operations", _OPERATIONS)
         or ("CREATE", "UPDATE"),
         member_pods=member_pods,
+        kueue_managed_pods=kueue_managed,
     )
 
 
