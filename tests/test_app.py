@@ -20,7 +20,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from starlette.testclient import TestClient
 
-from webhook import logs
+from webhook import logs, review
 from webhook.app import ServerState, create_app
 from webhook.config import load_config
 from webhook.engine import AdmissionInput, Decision, Engine, PolicySet, default_policies_dir, load_policy_set
@@ -136,6 +136,16 @@ BAD_CALLS = [
         id="yaml",
     ),
     pytest.param({}, orjson.dumps(admission_review(pytorchjob())), "Content-Type", id="no-content-type"),
+    pytest.param(
+        JSON,
+        b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u",'
+        b'"operation":"CREATE","object":{},"kind":' + b'{"kind":' * 990 + b'"Pod"' + b"}" * 991 + b"}",
+        "nested deeper than 100 levels",
+        id="kind-nested-990-levels",
+    ),
+    pytest.param(
+        JSON, orjson.dumps(admission_review(pytorchjob(), name=["x"])), "field request.name", id="name-a-list"
+    ),
 ]
 
 
@@ -299,7 +309,7 @@ def test_metrics_count_requests_by_endpoint_operation_kind_and_decision(client: 
         f'{requests}{{decision="skipped",endpoint="mutate",kind="other",operation="CREATE"}} 1.0',
         'trainguard_admission_rejected_requests_total{endpoint="validate",reason="malformed"} 1.0',
         'trainguard_admission_duration_seconds_count{endpoint="validate"} 3.0',
-        "trainguard_policy_set_policies 17.0",
+        "trainguard_policy_set_policies 21.0",
         "trainguard_ready 1.0",
     ):
         assert line in text, line
@@ -361,3 +371,37 @@ def test_engine_error_logs_where_not_what(
     assert record["error"] == "RuntimeError"
     assert any("test_app.py" in frame for frame in record["error_at"])
     assert "boom" not in log_lines.getvalue()
+
+
+def test_request_values_of_megabytes_are_logged_cut_short(client: TestClient, log_lines: io.StringIO) -> None:
+    huge = "n" * 1_000_000
+    job = pytorchjob(queue=False)
+    response = post(client, "/validate", admission_review(job, name=huge, namespace=huge))
+    assert response.status_code == 200 and response.json()["response"]["allowed"] is False
+    (record,) = records(log_lines)
+    assert len(record["object_name"]) < 400 and record["object_name"].endswith("(1000000 characters)")
+    assert len(record["namespace"]) < 400
+    assert len(log_lines.getvalue()) < 4000
+
+
+FAILURES_WHILE_READING = [
+    pytest.param(
+        "loads", RecursionError("maximum recursion depth exceeded"), "RecursionError", id="decode-recursion"
+    ),
+    pytest.param("loads", MemoryError(), "MemoryError", id="decode-memory"),
+    pytest.param("parse_review", MemoryError(), "MemoryError", id="check-memory"),
+    pytest.param("parse_review", RecursionError(), "RecursionError", id="check-recursion"),
+]
+
+
+@pytest.mark.parametrize(("step", "error", "named"), FAILURES_WHILE_READING)
+def test_an_error_while_reading_a_review_is_a_400_never_a_500(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch, step: str, error: BaseException, named: str
+) -> None:
+    def fail(*args: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(review, step, fail)
+    response = post(client, "/validate", admission_review(pytorchjob()))
+    assert response.status_code == 400
+    assert named in response.json()["error"]

@@ -166,6 +166,19 @@ MALFORMED = [
         "request.oldObject",
         id="old-object-is-a-list",
     ),
+    pytest.param(
+        b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u",'
+        b'"operation":"CREATE","object":{},"kind":' + b'{"kind":' * 990 + b'"Pod"' + b"}" * 991 + b"}",
+        None,
+        id="kind-nested-990-levels",
+    ),
+    pytest.param(b"[" * 200 + b"]" * 200, None, id="lists-nested-200-levels"),
+    pytest.param(
+        encode(admission_review(QUEUED, kind={"kind": ["PyTorchJob"]})), "request.kind.kind", id="kind-a-list"
+    ),
+    pytest.param(encode(admission_review(QUEUED, name={"a": 1})), "request.name", id="name-an-object"),
+    pytest.param(encode(admission_review(QUEUED, namespace=7)), "request.namespace", id="namespace-a-number"),
+    pytest.param(encode(admission_review(QUEUED, uid="u" * 129)), "request.uid", id="uid-of-129-characters"),
 ]
 
 

@@ -276,6 +276,38 @@ def test_tls_1_1_is_refused_and_1_2_accepted(server: WebhookServer, files: Path)
         assert client.get(url(server, "/healthz")).status_code == 200
 
 
+TLS12_SUITES = [
+    pytest.param("ECDHE-ECDSA-AES128-GCM-SHA256", True, id="ecdhe-aes128-gcm"),
+    pytest.param("ECDHE-ECDSA-AES256-GCM-SHA384", True, id="ecdhe-aes256-gcm"),
+    pytest.param("ECDHE-ECDSA-CHACHA20-POLY1305", True, id="ecdhe-chacha20-poly1305"),
+    pytest.param("ECDHE-ECDSA-AES128-SHA", False, id="ecdhe-aes128-cbc-sha"),
+    pytest.param("ECDHE-ECDSA-AES256-SHA384", False, id="ecdhe-aes256-cbc-sha384"),
+    pytest.param("ECDHE-ECDSA-AES128-SHA256", False, id="ecdhe-aes128-cbc-sha256"),
+]
+
+
+@pytest.mark.parametrize(("suite", "accepted"), TLS12_SUITES)
+def test_tls_1_2_offers_only_ecdhe_with_aead_ciphers(
+    server: WebhookServer, files: Path, suite: str, accepted: bool
+) -> None:
+    ctx = client_context(files, maximum_version=ssl.TLSVersion.TLSv1_2)
+    ctx.set_ciphers(suite)
+    if accepted:
+        with httpx.Client(verify=ctx) as client:
+            assert client.get(url(server, "/healthz")).status_code == 200
+    else:
+        with httpx.Client(verify=ctx) as client, pytest.raises(httpx.ConnectError):
+            client.get(url(server, "/healthz"))
+
+
+def test_tls_1_3_is_offered(server: WebhookServer, files: Path) -> None:
+    with (
+        socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as raw,
+        client_context(files).wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        assert tls.version() == "TLSv1.3"
+
+
 def negotiated_with_a_permissive_server(client: ssl.SSLContext, files: Path) -> str | None:
     """The version `client` agrees on with a server that accepts anything down to TLS 1.0."""
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -12,13 +12,22 @@ Errors are reported in two separate ways (as kopf and Kyverno do):
 
 Until a policy set is installed the admission endpoints answer 503 (the server cannot decide yet,
 so failurePolicy does) and /readyz is not ready.
+
+Isolation (DESIGN §6): an admission takes a slot (isolation.Slots: a few at once, a short queue,
+else 429 with Retry-After) before its body is read, and is parsed and decided on a deciding
+thread, so /healthz and /readyz, answered on the event loop, never wait behind a decision. Each
+admission has a time budget: policies not evaluated when it runs out get their failurePolicy
+outcome, and an answer still not ready at the budget is the fail-closed one (deny on /validate,
+no patch on /mutate), with a message saying so, well before the API server's timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 from dataclasses import dataclass, field
-from time import perf_counter
+from time import monotonic, perf_counter
 from typing import Any
 
 import orjson
@@ -30,10 +39,14 @@ from starlette.routing import Route
 from webhook import logs, review
 from webhook.engine import Decision, Engine, Finding
 from webhook.errors import InputError
+from webhook.isolation import Busy, DecisionThreads, Slots
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
+from webhook.settings import DEFAULT_MAX_BODY_BYTES
 
-DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+DEFAULT_BUDGET_SECONDS = 4.0  # below the webhook configurations' timeoutSeconds (5)
+LARGE_BODY_BYTES = 256 * 1024  # a 30-env 8-GPU training Pod's review is about 12 KB
+RETRY_AFTER_SECONDS = 1
 _JSON = "application/json"
 _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook itself
 
@@ -42,14 +55,26 @@ _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook its
 class ServerState:
     """What the routes read: the current Engine (swapped whole, by one assignment), readiness, metrics.
 
-    Everything runs on the event loop's thread; `install()` is the only writer of `engine`.
+    Read and written on the event loop's thread only (the deciding threads get the engine and the
+    decoded review as arguments); `install()` is the only writer of `engine`.
     """
 
     metrics: Metrics = field(default_factory=Metrics)
     engine: Engine | None = None
     shutting_down: bool = False
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    budget: float = DEFAULT_BUDGET_SECONDS
+    large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
+    large_bytes_in_flight: int = 0
+    slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
+    threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))
+    policy_error_log: logs.RateLimited = field(
+        default_factory=lambda: logs.RateLimited(logging.getLogger(logs.ADMISSION_LOGGER))
+    )
+
+    def __post_init__(self) -> None:
+        self.metrics.set_in_flight(lambda: self.slots.busy, lambda: self.slots.waiting)
 
     @property
     def ready(self) -> bool:
@@ -79,21 +104,32 @@ MUTATE = _Endpoint("mutate", mutate=True, validate=False)
 class _Rejected(Exception):
     """A call we answer with an HTTP error instead of an AdmissionReview."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason  # metric label
         self.message = message
+        self.headers = headers
+
+
+@dataclass(slots=True)
+class _Answer:
+    """What the deciding thread hands back for one admission."""
+
+    parsed: review.ParsedReview
+    decision: Decision
+    error: Exception | None = None
+    timings: dict[str, float] | None = None
 
 
 def create_app(state: ServerState) -> Starlette:
     """The ASGI app: /validate, /mutate, /healthz, /readyz, /metrics over `state`."""
 
     async def validate(request: Request) -> Response:
-        return await _admit(state, VALIDATE, request)
+        return await _guarded(state, VALIDATE, request)
 
     async def mutate(request: Request) -> Response:
-        return await _admit(state, MUTATE, request)
+        return await _guarded(state, MUTATE, request)
 
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type=_JSON)
@@ -120,41 +156,143 @@ def create_app(state: ServerState) -> Starlette:
     )
 
 
-async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> Response:
+async def _guarded(state: ServerState, endpoint: _Endpoint, request: Request) -> Response:
+    """_admit(), with the last word on anything it did not foresee: a 400 naming the error, never a 500."""
     start = perf_counter()
     try:
-        parsed = review.parse_request(await _read_body(request, state.max_body_bytes))
-        engine = state.engine
-        if engine is None:
-            raise _Rejected(503, "not-ready", "no policy set is loaded yet")
-    except _Rejected as exc:
-        return _reject(state, endpoint, exc, start)
-    except review.ReviewError as exc:
-        return _reject(state, endpoint, _Rejected(400, "malformed", exc.describe()), start)
-    except ClientDisconnect:
-        return _reject(state, endpoint, _Rejected(400, "client-disconnect", "client went away"), start)
-
-    timings: dict[str, float] | None = {} if state.metrics.sample() else None
-    error: Exception | None = None
-    try:
-        decision = engine.review(
-            parsed.admission, mutate=endpoint.mutate, validate=endpoint.validate, timings=timings
+        return await _admit(state, endpoint, request)
+    except Exception as exc:  # RecursionError, MemoryError, a bug: the API server applies failurePolicy
+        state.metrics.observe_engine_error(endpoint.name)
+        state.logger.error(
+            "admission call failed",
+            extra={
+                "endpoint": endpoint.name,
+                "error": type(exc).__name__,
+                "error_at": logs.error_location(exc),
+            },
         )
-        content = orjson.dumps(review.build_response(parsed.uid, decision, mutating=endpoint.mutate))
+        failed = _Rejected(400, "internal-error", f"the request could not be handled ({type(exc).__name__})")
+        failed.headers = {"connection": "close"}  # what was left unread of the body must not follow
+        return _reject(state, endpoint, failed, start)
+
+
+async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> Response:
+    start = perf_counter()
+    deadline = monotonic() + state.budget
+    try:
+        await state.slots.acquire()
+    except Busy:
+        busy = _Rejected(
+            429,
+            "busy",
+            f"too many admissions in progress ({state.slots.size} deciding, {state.slots.queue} waiting); "
+            f"retry in {RETRY_AFTER_SECONDS} s",
+            {"retry-after": str(RETRY_AFTER_SECONDS)},
+        )
+        return _reject(state, endpoint, busy, start)
+    work: asyncio.Future[_Answer] | None = None
+    reserved = 0
+    try:
+        try:
+            reserved = _reserve_large_body(state, request)
+            body = await _read_body(request, state.max_body_bytes)
+            engine = state.engine
+            if engine is None:
+                raise _Rejected(503, "not-ready", "no policy set is loaded yet")
+        except _Rejected as exc:
+            return _reject(state, endpoint, exc, start)
+        except ClientDisconnect:
+            return _reject(state, endpoint, _Rejected(400, "client-disconnect", "client went away"), start)
+        try:
+            raw = review.loads(body)  # on the loop: fast, and the uid lets a late answer be used
+        except review.ReviewError as exc:
+            return _reject(state, endpoint, _Rejected(400, "malformed", exc.describe()), start)
+        del body
+        timings: dict[str, float] | None = {} if state.metrics.sample() else None
+        work = state.threads.submit(lambda: _decide(engine, endpoint, raw, deadline, timings))
+        try:
+            # The engine stops between policies at the deadline; a single step that overruns it
+            # (an object too large to adapt in time) is answered here, a little later.
+            answer = await asyncio.wait_for(asyncio.shield(work), max(0.0, deadline - monotonic()) + 0.25)
+        except review.ReviewError as exc:
+            return _reject(state, endpoint, _Rejected(400, "malformed", exc.describe()), start)
+        except TimeoutError:
+            return _too_slow(state, endpoint, review.peek_uid(raw), start)
+        return _respond(state, endpoint, answer, start)
+    finally:
+
+        def release(_: object = None) -> None:
+            state.slots.release()
+            state.large_bytes_in_flight -= reserved
+
+        if work is not None and not work.done():
+            # The thread is still deciding: its slot stays taken until it ends, so a pile of
+            # slow requests turns into 429s, not into unbounded work.
+            work.add_done_callback(release)
+        else:
+            release()
+
+
+def _reserve_large_body(state: ServerState, request: Request) -> int:
+    """Bytes reserved for a large body, or _Rejected (429) when large bodies use up their budget.
+
+    A decision holds about 15 times its body in memory (the decoded object, the workload view,
+    the CEL values): a few slots of 3 MiB bodies would need more memory than many slots of the
+    usual 10 KB. So bodies past LARGE_BODY_BYTES also draw on a byte budget per worker; one
+    large body is always let through, so any body under the size limit can be decided.
+    """
+    declared = request.headers.get("content-length")
+    size = int(declared) if declared is not None and declared.isdigit() else state.max_body_bytes
+    if size < LARGE_BODY_BYTES or size > state.max_body_bytes:  # small, or a 413 without reading it
+        return 0
+    if state.large_bytes_in_flight and state.large_bytes_in_flight + size > state.large_body_budget:
+        raise _Rejected(
+            429,
+            "busy-large",
+            f"too many large admissions in progress ({state.large_bytes_in_flight} bytes of bodies over "
+            f"{LARGE_BODY_BYTES} bytes); retry in {RETRY_AFTER_SECONDS} s",
+            {"retry-after": str(RETRY_AFTER_SECONDS)},
+        )
+    state.large_bytes_in_flight += size
+    return size
+
+
+def _decide(
+    engine: Engine, endpoint: _Endpoint, raw: Any, deadline: float, timings: dict[str, float] | None
+) -> _Answer:
+    """On a deciding thread: check the review (ReviewError propagates), then decide; nothing else escapes."""
+    try:
+        parsed = review.parse_review(raw)
+    except review.ReviewError:
+        raise
+    except Exception as exc:  # MemoryError, or a bug in the checks: still a 400, never a 500
+        raise review.ReviewError(f"cannot read the AdmissionReview: {type(exc).__name__}") from None
+    inp = dataclasses.replace(parsed.admission, deadline=deadline)
+    try:
+        decision = engine.review(inp, mutate=endpoint.mutate, validate=endpoint.validate, timings=timings)
     except InputError as exc:  # an object the adapters cannot read (replicas: "abc"): the user's to fix
-        decision = _invalid_decision(endpoint, exc)
+        return _Answer(parsed, _invalid_decision(endpoint, exc))
+    except Exception as exc:  # an engine bug (RecursionError, MemoryError too) must answer, never crash
+        return _Answer(parsed, _error_decision(endpoint, exc), exc)
+    return _Answer(parsed, decision, None, timings)
+
+
+def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: float) -> Response:
+    parsed, decision, error = answer.parsed, answer.decision, answer.error
+    try:
         content = orjson.dumps(review.build_response(parsed.uid, decision, mutating=endpoint.mutate))
-    except Exception as exc:  # an engine bug must answer the API server, never crash the request
+    except Exception as exc:  # a value the encoder cannot write: answered, counted, never a 500
         error = exc
         decision = _error_decision(endpoint, exc)
         content = orjson.dumps(review.build_response(parsed.uid, decision, mutating=endpoint.mutate))
+    if error is not None:
         state.metrics.observe_engine_error(endpoint.name)
-
+    _count_policy_errors(state, decision)
     outcome = _outcome(decision, error)
     seconds = perf_counter() - start
     state.metrics.observe_request(endpoint.name, parsed.operation, parsed.kind, outcome, seconds)
-    if timings:
-        state.metrics.observe_policies(timings)
+    if answer.timings:
+        state.metrics.observe_policies(answer.timings)
     logs.log_admission(
         state.logger,
         endpoint=endpoint.name,
@@ -172,6 +310,38 @@ async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> R
     # While draining, ask clients to reconnect (elsewhere: this endpoint is being removed).
     headers = {"connection": "close"} if state.shutting_down else None
     return Response(content, media_type=_JSON, headers=headers)
+
+
+def _count_policy_errors(state: ServerState, decision: Decision) -> None:
+    for result in decision.results:
+        if result.outcome == "error":
+            state.metrics.observe_policy_error(result.policy)
+            state.policy_error_log.warning(
+                result.policy, "policy could not be evaluated", policy=result.policy, problem=result.messages
+            )
+
+
+def _too_slow(state: ServerState, endpoint: _Endpoint, uid: str, start: float) -> Response:
+    """The answer at the end of the budget when the decision is still running: fail closed, say why."""
+    seconds = perf_counter() - start
+    state.metrics.observe_request(endpoint.name, "other", "other", "timeout", seconds)
+    state.logger.error(
+        "admission not decided within its time budget",
+        extra={"endpoint": endpoint.name, "budget_s": state.budget, "duration_ms": round(seconds * 1000, 1)},
+    )
+    message = (
+        f"not decided within the webhook's time budget of {state.budget:g} s "
+        "(an object too large or complex to check in time)"
+    )
+    if endpoint.validate:
+        response: dict[str, Any] = {
+            "uid": uid,
+            "allowed": False,
+            "status": {"code": 403, "reason": "Forbidden", "message": f"{_INTERNAL}: {message}: denied"},
+        }
+    else:
+        response = {"uid": uid, "allowed": True, "warnings": [f"{_INTERNAL}: {message}: not mutated"]}
+    return _json(200, {"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "response": response})
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -212,11 +382,13 @@ def _reject(state: ServerState, endpoint: _Endpoint, exc: _Rejected, start: floa
     state.metrics.observe_rejected(endpoint.name, exc.reason, perf_counter() - start)
     state.logger.warning(
         "rejected admission call",
-        extra={"endpoint": endpoint.name, "status": exc.status, "reason": exc.message},
+        extra={"endpoint": endpoint.name, "status": exc.status, "reason": logs.clip(exc.message)},
     )
-    # An unread body would be parsed as the next request on this connection: close it instead.
-    headers = {"connection": "close"} if exc.status == 413 else None
-    return _json(exc.status, {"error": exc.message}, headers)
+    headers = dict(exc.headers or {})
+    if exc.status in (413, 429):
+        # An unread body would be parsed as the next request on this connection: close it instead.
+        headers["connection"] = "close"
+    return _json(exc.status, {"error": exc.message}, headers or None)
 
 
 def _error_decision(endpoint: _Endpoint, exc: Exception) -> Decision:

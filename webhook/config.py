@@ -64,6 +64,11 @@ class PlatformConfig:
                 return str(tier)
         return None
 
+    def recovery(self, tier: str) -> dict[str, Any] | None:
+        """The tier's recovery settings with defaults filled in; None when the tier is not governed."""
+        block = self.raw["recovery"]["tiers"].get(tier)
+        return block if isinstance(block, dict) else None
+
     def params(self) -> dict[str, Any]:
         return self.raw
 
@@ -103,6 +108,70 @@ def _validate(raw: dict[str, Any], source: str) -> None:
         raise ConfigError(f"{source}: restarts.max must be an integer")
     if not isinstance(raw["queues"]["namespaces"], dict):
         raise ConfigError(f"{source}: queues.namespaces must map namespace -> LocalQueue")
+    _validate_recovery(raw, source)
+
+
+# Per-tier recovery fields: name -> (default, kind). Durations also get a `<name>Seconds` twin so
+# policies compare numbers, not strings.
+_RECOVERY_FIELDS: dict[str, tuple[Any, str]] = {
+    "resumePriorityClass": (None, "name"),
+    "cooldown": ("5m", "duration"),
+    "maxResumingPerQueue": (1, "count"),
+    "maxGated": ("30m", "duration"),
+    "settle": ("60s", "duration"),
+    "preemptionsPerHour": (0, "rate"),
+    "restartTime": ("2m", "duration"),
+}
+_TIERS = ("guaranteed", "preemptible")
+
+
+def _validate_recovery(raw: dict[str, Any], source: str) -> None:
+    """Fill each configured tier's recovery block with its defaults; refuse what is not one."""
+    tiers = raw["recovery"]["tiers"]
+    if not isinstance(tiers, dict):
+        raise ConfigError(f"{source}: recovery.tiers must be a mapping of tier -> settings")
+    for tier in tiers:
+        if tier not in _TIERS:
+            raise ConfigError(f"{source}: unknown field recovery.tiers.{tier} (known: {', '.join(_TIERS)})")
+    for tier in _TIERS:
+        block = tiers.get(tier)
+        if block is None:
+            tiers[tier] = None
+            continue
+        where = f"recovery.tiers.{tier}"
+        if not isinstance(block, dict):
+            raise ConfigError(f"{source}: {where} must be a mapping (or null to leave the tier ungoverned)")
+        for key in block:
+            if key not in _RECOVERY_FIELDS:
+                known = ", ".join(_RECOVERY_FIELDS)
+                raise ConfigError(f"{source}: unknown field {where}.{key} (known: {known})")
+        out: dict[str, Any] = {}
+        for key, (default, kind) in _RECOVERY_FIELDS.items():
+            value = block.get(key, default)
+            out[key] = value
+            field = f"{where}.{key}"
+            if kind == "duration":
+                seconds = parse_duration(value) if isinstance(value, str) else None
+                if seconds is None:
+                    raise ConfigError(
+                        f"{source}: {field} must be a duration such as 90s, 5m or 1h (got {value!r})"
+                    )
+                out[key + "Seconds"] = seconds
+            elif kind == "count":
+                if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                    raise ConfigError(f"{source}: {field} must be an integer >= 1 (got {value!r})")
+            elif kind == "rate":
+                if not isinstance(value, int | float) or isinstance(value, bool) or value < 0:
+                    raise ConfigError(f"{source}: {field} must be a number >= 0 (got {value!r})")
+                out[key] = float(value)
+            elif value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(f"{source}: {field} must be a PriorityClass name or null (got {value!r})")
+        if out["maxGatedSeconds"] < out["cooldownSeconds"]:
+            raise ConfigError(
+                f"{source}: {where}.maxGated ({out['maxGated']}) must not be shorter than its cooldown "
+                f"({out['cooldown']}): every gated workload would be released by the bound"
+            )
+        tiers[tier] = out
 
 
 def config_from_mapping(doc: dict[str, Any], source: str) -> PlatformConfig:

@@ -23,6 +23,11 @@ from webhook.engine import Decision
 
 ADMISSION_LOGGER = "trainguard.admission"
 LEVELS = ("critical", "error", "warning", "info", "debug")
+# Values from a request (uid, name, namespace, kind) are cut to this many characters: a client can
+# send megabytes in any of them, and a log line should stay a line.
+FIELD_LIMIT = 256
+# Any string field of any record is cut to this many characters.
+_RECORD_FIELD_LIMIT = 4096
 
 # Attributes every LogRecord has; anything else passed with `extra=` becomes a JSON field.
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
@@ -40,7 +45,7 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in record.__dict__.items():
             if key not in _RESERVED and key != "color_message" and not key.startswith("_"):
-                out[key] = value
+                out[key] = clip(value, _RECORD_FIELD_LIMIT) if isinstance(value, str) else value
         if record.exc_info and record.exc_info[1] is not None:
             out["error"] = type(record.exc_info[1]).__name__
             out["traceback"] = self.formatException(record.exc_info)
@@ -60,6 +65,42 @@ def configure(level: str = "info", stream: Any = None) -> None:
         logger.propagate = True
     # One line per request is ours (the admission record); uvicorn's access line would repeat it.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+
+
+def clip(value: str | None, limit: int = FIELD_LIMIT) -> str | None:
+    """`value` cut to `limit` characters, saying how long it was."""
+    if value is None or len(value) <= limit:
+        return value
+    return f"{value[:limit]}…({len(value)} characters)"
+
+
+class RateLimited:
+    """At most one record per key every `every` seconds; the next one says how many were dropped.
+
+    A policy that errors on every request must be visible in the log, not flood it. Keys are
+    bounded (policy names); used from the event loop's thread only.
+    """
+
+    def __init__(self, logger: logging.Logger, every: float = 10.0, max_keys: int = 1024) -> None:
+        self.logger = logger
+        self.every = every
+        self.max_keys = max_keys
+        self._state: dict[str, tuple[float, int]] = {}
+
+    def warning(self, key: str, message: str, **fields: Any) -> bool:
+        """Log unless `key` was logged less than `every` seconds ago; True when logged."""
+        now = time.monotonic()
+        last, dropped = self._state.get(key, (float("-inf"), 0))
+        if now - last < self.every:
+            self._state[key] = (last, dropped + 1)
+            return False
+        if key not in self._state and len(self._state) >= self.max_keys:
+            self._state.clear()
+        self._state[key] = (now, 0)
+        if dropped:
+            fields["suppressed"] = dropped
+        self.logger.warning(message, extra=fields)
+        return True
 
 
 def error_location(exc: BaseException) -> list[str]:
@@ -89,11 +130,11 @@ def log_admission(
         return
     fields: dict[str, Any] = {
         "endpoint": endpoint,
-        "uid": uid,
-        "operation": operation,
-        "kind": kind,
-        "namespace": namespace,
-        "object_name": name,  # `name` is the LogRecord's own (the logger's name)
+        "uid": clip(uid),
+        "operation": clip(operation),
+        "kind": clip(kind),
+        "namespace": clip(namespace),
+        "object_name": clip(name),  # `name` is the LogRecord's own (the logger's name)
         "decision": outcome,
         "allowed": decision.allowed,
         "duration_ms": round(seconds * 1000, 3),

@@ -2,15 +2,23 @@
 
 The request path touches only pre-resolved label children (a dict lookup and an add), and times
 each policy on 1 in `sample_every` requests, so that measuring the webhook does not slow it down.
+
+With several worker processes (`serve --workers`), a scrape reaches one of them, which must answer
+for all: prometheus_client's multiprocess mode (values in files under $PROMETHEUS_MULTIPROC_DIR,
+set by `serve` before this module is imported) sums counters and histograms over the workers and
+keeps one series per live worker for the gauges that are a worker's state. The gauges computed at
+scrape time (admissions in flight, certificate expiry) are the answering worker's own.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
 
 from webhook import kinds
 
@@ -33,6 +41,9 @@ class Metrics:
         if sample_every < 1:
             raise ValueError(f"sample_every must be at least 1, got {sample_every}")
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.multiprocess_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        # Gauges computed at scrape time cannot live in the shared files: a registry of their own.
+        self._local = CollectorRegistry(auto_describe=True) if self.multiprocess_dir else self.registry
         self.sample_every = sample_every
         self._sample_countdown = sample_every
         r = self.registry
@@ -40,7 +51,8 @@ class Metrics:
             "trainguard_admission_requests",
             "Admission requests answered with an AdmissionReview, by decision "
             "(allowed, denied, skipped: nothing to decide, error: the engine failed and the request "
-            "was answered with a denial (validate) or an allow without patch (mutate)).",
+            "was answered with a denial (validate) or an allow without patch (mutate); timeout: not "
+            "decided within the request budget, answered the same way).",
             ["endpoint", "operation", "kind", "decision"],
             registry=r,
         )
@@ -71,6 +83,24 @@ class Metrics:
             ["endpoint"],
             registry=r,
         )
+        self.policy_errors = Counter(
+            "trainguard_policy_errors",
+            "Policy evaluations that ended in an error (a CEL run-time error such as a division by "
+            "zero or a missing field, or the request's time budget used up before the policy ran); "
+            "the policy's failurePolicy decided those requests.",
+            ["policy"],
+            registry=r,
+        )
+        self.in_flight = Gauge(
+            "trainguard_admissions_in_flight",
+            "Admissions being read or decided now (by the worker that answers the scrape).",
+            registry=self._local,
+        )
+        self.queued = Gauge(
+            "trainguard_admissions_waiting",
+            "Admissions waiting for a free slot now (by the worker that answers the scrape).",
+            registry=self._local,
+        )
         self.reloads = Counter(
             "trainguard_reloads",
             "Reloads by source (policies, config, exceptions, certificate: the watched files; cluster: "
@@ -80,24 +110,32 @@ class Metrics:
             registry=r,
         )
         self.policy_set_policies = Gauge(
-            "trainguard_policy_set_policies", "Policies in the policy set that decides now.", registry=r
+            "trainguard_policy_set_policies",
+            "Policies in the policy set that decides now.",
+            registry=r,
+            multiprocess_mode="livemostrecent",
         )
         self.policy_set_loaded = Gauge(
             "trainguard_policy_set_loaded_timestamp_seconds",
             "When the active policy set was loaded (Unix time).",
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.policy_set_load_duration = Gauge(
             "trainguard_policy_set_load_duration_seconds",
             "How long loading and compiling the active policy set took.",
             registry=r,
+            multiprocess_mode="livemostrecent",
         )
-        self.ready = Gauge("trainguard_ready", "1 while /readyz answers 200.", registry=r)
+        # With several workers: 1 only while every live worker is ready.
+        self.ready = Gauge(
+            "trainguard_ready", "1 while /readyz answers 200.", registry=r, multiprocess_mode="livemin"
+        )
         self._not_after: float | None = None
         self.certificate_expiry = Gauge(
             "trainguard_certificate_expiry_seconds",
             "Seconds until the serving certificate's notAfter (negative once expired).",
-            registry=r,
+            registry=self._local,
         )
         self.certificate_expiry.set_function(self._seconds_to_expiry)
         # Cluster audit (`serve --audit`): filled only on the replica that writes the reports.
@@ -130,6 +168,7 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str, str], Counter] = {}
         self._latency_children: dict[str, Histogram] = {}
         self._policy_children: dict[str, Histogram] = {}
+        self._policy_error_children: dict[str, Counter] = {}
 
     # -- request path ---------------------------------------------------------------------------
 
@@ -152,6 +191,18 @@ class Metrics:
 
     def observe_engine_error(self, endpoint: str) -> None:
         self.engine_errors.labels(endpoint).inc()
+
+    def observe_policy_error(self, policy: str) -> None:
+        child = self._policy_error_children.get(policy)
+        if child is None:
+            child = self.policy_errors.labels(policy)
+            if len(self._policy_error_children) < 4096:  # policy names come from files, not requests
+                self._policy_error_children[policy] = child
+        child.inc()
+
+    def set_in_flight(self, busy: Callable[[], float], waiting: Callable[[], float]) -> None:
+        self.in_flight.set_function(busy)
+        self.queued.set_function(waiting)
 
     def sample(self) -> bool:
         """True once every `sample_every` calls: time this request's policies."""
@@ -202,7 +253,11 @@ class Metrics:
         self._not_after = timestamp
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry)
+        every_worker = CollectorRegistry()
+        MultiProcessCollector(every_worker, path=self.multiprocess_dir)  # type: ignore[no-untyped-call]
+        return generate_latest(every_worker) + generate_latest(self._local)
 
     # -- helpers --------------------------------------------------------------------------------
 

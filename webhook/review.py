@@ -20,6 +20,9 @@ API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 # The API server shows at most this much of each warning; longer ones are cut by it anyway.
 _WARNING_LIMIT = 1024
+# Past this, containers in a review are refused (400): real objects nest about 20 levels.
+MAX_DEPTH = 100
+MAX_UID_LENGTH = 128  # a UID is 36 characters
 
 
 class ReviewError(InputError):
@@ -42,16 +45,36 @@ def _fail(message: str, field: str | None = None) -> ReviewError:
 
 
 def parse_request(body: bytes) -> ParsedReview:
+    """The AdmissionReview in `body`; ReviewError (HTTP 400) for anything else, never another error."""
+    return parse_review(loads(body))
+
+
+def loads(body: bytes) -> Any:
+    """The JSON value of `body` (orjson refuses nesting past 1024 levels itself)."""
     try:
-        review = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise _fail(f"malformed JSON: {exc}") from None
+    except MemoryError:
+        raise _fail("body too large to decode") from None
+
+
+def peek_uid(review: Any) -> str:
+    """request.uid when it is there (to answer a review whose decision is late), else ""."""
+    request = review.get("request") if isinstance(review, dict) else None
+    uid = request.get("uid") if isinstance(request, dict) else None
+    return uid if isinstance(uid, str) and len(uid) <= MAX_UID_LENGTH else ""
+
+
+def parse_review(review: Any) -> ParsedReview:
+    """Check a decoded AdmissionReview: its depth first, then the request fields the engine reads."""
+    _check_depth(review)
     if not isinstance(review, dict):
         raise _fail(f"expected a JSON object, got {type(review).__name__}")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
         raise _fail(
             f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
-            f"{review.get('apiVersion')!r} {review.get('kind')!r}",
+            f"{_short(review.get('apiVersion'))} {_short(review.get('kind'))}",
             "apiVersion",
         )
     request = review.get("request")
@@ -60,10 +83,12 @@ def parse_request(body: bytes) -> ParsedReview:
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise _fail("missing request.uid", "request.uid")
+    if len(uid) > MAX_UID_LENGTH:
+        raise _fail(f"request.uid is longer than {MAX_UID_LENGTH} characters", "request.uid")
     operation = request.get("operation")
     if operation not in OPERATIONS:
         raise _fail(
-            f"request.operation must be one of {', '.join(OPERATIONS)}, got {operation!r}",
+            f"request.operation must be one of {', '.join(OPERATIONS)}, got {_short(operation)}",
             "request.operation",
         )
     obj = request.get("object")
@@ -76,13 +101,16 @@ def parse_request(body: bytes) -> ParsedReview:
         raise _fail("request.oldObject must be an object or null", "request.oldObject")
     kind: dict[str, Any] = request["kind"] if isinstance(request.get("kind"), dict) else {}
     user_info: dict[str, Any] = request["userInfo"] if isinstance(request.get("userInfo"), dict) else {}
-    namespace = request.get("namespace") or None
+    namespace = _optional_string(request, "namespace")
+    kind_name = _optional_string(kind, "kind", "request.kind.kind") or (
+        _optional_string(obj, "kind", "request.object.kind") if isinstance(obj, dict) else None
+    )
     return ParsedReview(
         uid=uid,
         operation=operation,
-        kind=str(kind.get("kind") or (obj or {}).get("kind") or ""),
+        kind=kind_name or "",
         namespace=namespace,
-        name=request.get("name") or None,
+        name=_optional_string(request, "name"),
         dry_run=bool(request.get("dryRun")),
         admission=AdmissionInput(
             object=obj if isinstance(obj, dict) else {},
@@ -93,6 +121,43 @@ def parse_request(body: bytes) -> ParsedReview:
             dry_run=bool(request.get("dryRun")),
         ),
     )
+
+
+def _optional_string(mapping: dict[str, Any], key: str, field: str | None = None) -> str | None:
+    value = mapping.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        where = field or f"request.{key}"
+        raise _fail(f"{where} must be a string, got {type(value).__name__}", where)
+    return value
+
+
+def _short(value: Any) -> str:
+    """repr() of a value from the request, bounded (a value may be megabytes, or nested deep)."""
+    if isinstance(value, dict | list):
+        return type(value).__name__
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_depth(value: Any) -> None:
+    """ReviewError when containers nest deeper than MAX_DEPTH (iterative: no recursion here).
+
+    Everything after decoding (the adapters, the CEL view, logging, encoding) may recurse over
+    the object; bounding the depth once here is what keeps RecursionError out of all of them.
+    Real objects nest about 20 levels (managedFields included).
+    """
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node, depth = pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, dict | list) and child:
+                if depth >= MAX_DEPTH:
+                    raise _fail(f"nested deeper than {MAX_DEPTH} levels")
+                push((child, depth + 1))
 
 
 # metav1.StatusReason -> HTTP code, as k8s.io/apimachinery/pkg/api/errors writes them. A validation's

@@ -79,7 +79,7 @@ def test_first_pass_writes_one_report_per_namespace(engine) -> None:
     objects = {"a": manifest(COMPLIANT, "ns-a", "a"), "b": manifest(NO_GANG, "ns-b", "b")}
     store = MemoryStore()
     reporter(objects, [engine], store).run_once()
-    assert sorted(k[1] for k in store.objects) == ["ns-a", "ns-b"]
+    assert sorted(str(k[1]) for k in store.objects) == ["ns-a", "ns-b"]
     assert store.summary("ns-a")["fail"] == 0
     assert store.summary("ns-b")["fail"] == 2  # gang-required, topology-slo
 
@@ -111,7 +111,7 @@ def test_deleted_workloads_disappear_and_an_empty_namespace_loses_its_report(eng
     r.run_once()
     del objects["b"]
     r.run_once()
-    assert sorted(k[1] for k in store.objects) == ["ns-a"]
+    assert sorted(str(k[1]) for k in store.objects) == ["ns-a"]
 
 
 def test_a_new_policy_set_redecides_everything(engine, tmp_path) -> None:

@@ -137,7 +137,13 @@ class Server:
         return (int(fields[11]) + int(fields[12])) / ticks
 
 
-def trainguard_server(port: int, certs: Path, log_path: Path, extra: list[str] | None = None) -> Server:
+def trainguard_server(
+    port: int, certs: Path, log_path: Path, extra: list[str] | None = None, workers: int | None = 1
+) -> Server:
+    """`trainguard serve` on `port`; one worker process, as the no-op floor runs, so that figures are
+    per worker (None, or a tree from before --workers: the option is left out)."""
+    if not (code_root() / "webhook" / "workers.py").exists():
+        workers = None
     argv = [
         sys.executable,
         "-m",
@@ -153,6 +159,7 @@ def trainguard_server(port: int, certs: Path, log_path: Path, extra: list[str] |
         str(certs / "tls.key"),
         "--shutdown-delay",
         "0",
+        *(["--workers", str(workers)] if workers is not None else []),
         *(extra or []),
     ]
     return Server("trainguard", argv, port, certs / "ca.crt", log_path)

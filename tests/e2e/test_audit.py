@@ -19,6 +19,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -302,6 +303,10 @@ def logs(servers: list[AuditServer]) -> Callable[[], str]:
     return lambda: "\n".join(f"--- {s.replica}\n{s.log_tail()}" for s in servers)
 
 
+def _shows(control_plane: Any, namespace: str, want: Any) -> bool:
+    return bool(summary(control_plane, namespace) == want)
+
+
 def test_serve_audit_writes_reports_kubectl_shows_with_the_cli_counts(
     control_plane, cluster, replicas
 ) -> None:
@@ -309,11 +314,7 @@ def test_serve_audit_writes_reports_kubectl_shows_with_the_cli_counts(
     assert lead.split("_")[0] in ("replica-a", "replica-b")
     for ns in (cluster["good"], cluster["mixed"]):
         want = expected_summary(control_plane, cluster, ns)
-        wait_for(
-            f"the report of {ns}",
-            lambda ns=ns, want=want: summary(control_plane, ns) == want,
-            log=logs(replicas),
-        )
+        wait_for(f"the report of {ns}", partial(_shows, control_plane, ns, want), log=logs(replicas))
     mixed = expected_summary(control_plane, cluster, cluster["mixed"])
     assert mixed["fail"] == 5  # no-gang 2, torchrun-node-0 2, elastic-no-ckpt 1
     table = control_plane.kubectl("get", "policyreports", "-A").stdout

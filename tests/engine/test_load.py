@@ -16,7 +16,12 @@ SHIPPED = {
     "gang-required", "min-available", "torchrun-consistency", "checkpoint-required", "pool-separation",
     "topology-slo", "recovery-policy", "queue-immutable", "mutate-queue", "mutate-priority",
     "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env", "trainjob-runtime",
+    "mutate-resume-gate", "mutate-resume-priority", "resume-settings", "checkpoint-interval-advice",
     "launch-limits", "launch-consistency",
+}  # fmt: skip
+WARN = {
+    "recovery-policy", "trainjob-runtime", "launch-consistency", "launch-limits", "resume-settings",
+    "checkpoint-interval-advice",
 }  # fmt: skip
 
 
@@ -26,9 +31,8 @@ def test_shipped_policies_compile_on_both_backends(backend: str) -> None:
     assert set(policy_set.names()) == SHIPPED
     assert policy_set.backend.name == backend
     modes = {p.name: p.policy.mode for p in policy_set.policies}
-    warn = {"recovery-policy", "trainjob-runtime", "launch-consistency", "launch-limits"}
-    assert {name for name, mode in modes.items() if mode == "Warn"} == warn
-    assert all(mode == "Enforce" for name, mode in modes.items() if name not in warn)
+    assert {name for name, mode in modes.items() if mode == "Warn"} == WARN
+    assert all(mode == "Enforce" for name, mode in modes.items() if name not in WARN)
 
 
 def _policy(spec: str, name: str = "p") -> str:
@@ -59,6 +63,11 @@ BROKEN = [
         _policy("  match:\n    classes: [D]\n" + VALID_SPEC),
         "spec.match.classes: 'D' is not one of A, B, C",
         id="bad-class",
+    ),
+    pytest.param(
+        _policy("  match:\n    kueueManagedPods: Only\n" + VALID_SPEC),
+        "spec.match.kueueManagedPods: must be one of Exclude, Include",
+        id="bad-kueue-managed-pods",
     ),
     pytest.param(
         _policy("  validations:\n    - expression: 'true'\n"),

@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -153,7 +154,7 @@ def test_preempted_run_reaches_identical_weights(reference: Run, tmp_path: Path)
         if how == "SIGTERM":
             # A random moment: a random number of steps in, then a random fraction of a step.
             target = resumed + rng.randint(3, 12)
-            run.wait_for(lambda e, t=target: e["event"] == "step" and e["step"] >= t, f"step {target}")
+            run.wait_for(partial(_step_at_least, target), f"step {target}")
             time.sleep(rng.uniform(0, STEP_TIME))
             run.proc.send_signal(signal.SIGTERM)
             assert run.finish() == 0, run.stderr.read_text()
@@ -272,3 +273,7 @@ def test_pvc_uri_maps_under_pvc_root(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     monkeypatch.setenv("TRAINGUARD_PVC_ROOT", str(tmp_path))
     assert checkpoint_trainer.checkpoint_dir("pvc://c/x/y") == tmp_path / "c" / "x" / "y"
     assert checkpoint_trainer.checkpoint_dir("file:///data/ckpt") == Path("/data/ckpt")
+
+
+def _step_at_least(target: int, event: dict[str, Any]) -> bool:
+    return bool(event["event"] == "step" and event["step"] >= target)

@@ -241,8 +241,8 @@ HAND_CASES: list[Case] = [
 # Each pool: (values torch accepts, values torch rejects). A generated line draws from the second
 # with probability BAD, so that about half of the lines are valid.
 _NNODES_VALUES = (["1", "2", "4", "1:1", "2:8", "1:4", " 2", "3:3"], ["0", "4:2", "x", "1:2:3", "2:", ""])
-_NNODES_SPELLINGS = (["--nnodes={}", "--nnodes {}", "--nnod={}", "--nno {}"], [])
-_NPROC_VALUES = (["1", "8", "gpu", "auto", "cpu", "xpu", "0"], [])
+_NNODES_SPELLINGS: tuple[list[str], list[str]] = (["--nnodes={}", "--nnodes {}", "--nnod={}", "--nno {}"], [])
+_NPROC_VALUES: tuple[list[str], list[str]] = (["1", "8", "gpu", "auto", "cpu", "xpu", "0"], [])
 _NPROC_SPELLINGS = (
     ["--nproc-per-node={}", "--nproc_per_node={}", "--nproc-per-node {}", "--nproc_per_node {}"]
     + ["--nproc-per={}", "--nproc_per {}"],
@@ -308,8 +308,12 @@ def generated_cases(n: int = 320, seed: int = 20260611) -> list[Case]:
             argv.append("--bogus")
         if rng.random() > 0.02:
             argv.append("train.py")
-        argv += _pick(rng, _TRAILING)
-        env = dict(_pick(rng, _ENVS)) if rng.random() < 0.4 else {}
+        trailing: list[str] = _pick(rng, _TRAILING)
+        argv += trailing
+        env: dict[str, str] = {}
+        if rng.random() < 0.4:
+            picked: dict[str, str] = _pick(rng, _ENVS)
+            env = dict(picked)
         launcher = rng.choice(_LAUNCHERS)
         key = (launcher, tuple(argv), tuple(sorted(env.items())))
         if key in seen:

@@ -745,7 +745,7 @@ def _containers(node: Any) -> list[dict[str, Any]]:
 
 
 def _corpus_containers() -> list[tuple[str, dict[str, Any]]]:
-    out = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for path in sorted(CORPUS.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             out.extend((str(path.relative_to(CORPUS)), c) for c in _containers(doc))

@@ -9,7 +9,7 @@ from typing import Any
 
 from webhook import fields
 from webhook.config import PlatformConfig, load_config
-from webhook.context import context_objects
+from webhook.context import context_objects, evictions
 from webhook.documents import Document, load_yaml_documents, read_manifests
 from webhook.engine import (
     AdmissionInput,
@@ -81,7 +81,12 @@ def build_engine(
 ) -> Engine:
     runtimes, priority_classes = context_objects(doc.data for doc in docs)
     return Engine(
-        policies, config, runtimes=runtimes, priority_classes=priority_classes, exceptions=exceptions
+        policies,
+        config,
+        runtimes=runtimes,
+        priority_classes=priority_classes,
+        exceptions=exceptions,
+        cluster={"evictions": evictions(doc.data for doc in docs)},
     )
 
 

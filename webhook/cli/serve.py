@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 
 from webhook.cli._common import add_policy_args
 from webhook.logs import LEVELS
@@ -105,12 +106,57 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="N",
         help="largest AdmissionReview accepted, in bytes (default: 3145728, 3 MiB)",
     )
+    limits = p.add_argument_group("isolation and limits (per worker process)")
+    limits.add_argument(
+        "--workers",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="worker processes sharing the port (default: the CPU limit, from cgroup cpu.max or the "
+        "CPUs this process may use)",
+    )
+    limits.add_argument(
+        "--max-in-flight",
+        type=_positive_int,
+        default=8,
+        metavar="N",
+        help="admissions read and decided at once per worker; up to 16x more wait up to 2 s, the rest "
+        "get 429 with Retry-After (default: 8)",
+    )
+    limits.add_argument(
+        "--request-budget",
+        type=_positive_float,
+        default=4.0,
+        metavar="S",
+        help="seconds an admission may take; set it below the webhook timeoutSeconds (default: 4, "
+        "80%% of 5). Policies not evaluated in time get their failurePolicy outcome",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds a connection has to send a request's headers, else 408 and close (default: 10)",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds a request has to send its body after its headers, else 408 and close (default: 10)",
+    )
     p.add_argument("--log-level", choices=LEVELS, default="info", help="default: info")
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     # Imported here: `trainguard check --help` should not pay for uvicorn and the server.
+    from webhook.workers import default_workers, shared_metrics_dir
+
+    workers = args.workers or default_workers()
+    # Before webhook.server imports prometheus_client: with several workers, /metrics sums them all.
+    metrics_dir = shared_metrics_dir() if workers > 1 else None
+
     from webhook.server import ServerError, Settings, serve
 
     missing = [
@@ -142,11 +188,22 @@ def run(args: argparse.Namespace) -> int:
         shutdown_delay=args.shutdown_delay,
         graceful_timeout=args.graceful_timeout,
         log_level=args.log_level,
+        workers=workers,
+        max_in_flight=args.max_in_flight,
+        max_queued=16 * args.max_in_flight,
+        request_budget=args.request_budget,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
         audit=args.audit,
         report_format=args.report_format,
         **limits,
     )
-    return serve(settings)
+    try:
+        return serve(settings)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
 
 def _number(text: str, kind: type[int] | type[float]) -> int | float:

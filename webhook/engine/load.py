@@ -43,6 +43,7 @@ _MATCH_FIELDS = {
     "excludeNamespaces",
     "operations",
     "memberPods",
+    "kueueManagedPods",
 }
 _VALIDATION_FIELDS = {"expression", "message", "messageExpression", "reason", "field", "fieldExpression"}
 _ROLES = {"training", "inference"}
@@ -50,6 +51,7 @@ _CLASSES = {"A", "B", "C"}
 _TIERS = {"guaranteed", "preemptible"}
 _OPERATIONS = {"CREATE", "UPDATE"}
 _MEMBER_PODS = {"Exclude", "Include", "Only"}
+_KUEUE_MANAGED_PODS = {"Exclude", "Include"}
 
 
 def default_policies_dir() -> Path:
@@ -120,6 +122,11 @@ def _match(r: _Reader, raw: Any) -> Match:
     member_pods = m.get("memberPods", "Exclude")
     if member_pods not in _MEMBER_PODS:
         raise r.fail(f"must be one of {', '.join(sorted(_MEMBER_PODS))}", "spec.match.memberPods")
+    kueue_managed = m.get("kueueManagedPods", "Exclude")
+    if kueue_managed not in _KUEUE_MANAGED_PODS:
+        raise r.fail(
+            f"must be one of {', '.join(sorted(_KUEUE_MANAGED_PODS))}", "spec.match.kueueManagedPods"
+        )
     return Match(
         kinds=r.strings(m.get("kinds"), "spec.match.kinds"),
         roles=r.strings(m.get("roles"), "spec.match.roles", _ROLES),
@@ -130,6 +137,7 @@ def _match(r: _Reader, raw: Any) -> Match:
         operations=r.strings(m.get("operations"), "spec.match.operations", _OPERATIONS)
         or ("CREATE", "UPDATE"),
         member_pods=member_pods,
+        kueue_managed_pods=kueue_managed,
     )
 
 
@@ -255,7 +263,9 @@ def load_policies(paths: Iterable[str | Path]) -> tuple[list[Policy], str]:
     digest = hashlib.sha256()
     policies: list[Policy] = []
     seen: dict[str, str] = {}
-    for path in policy_files(paths):
+    paths = list(paths)
+    files = policy_files(paths)
+    for path in files:
         # The digest is of names and contents, not absolute paths: the same set mounted
         # elsewhere (or re-linked by a ConfigMap update) is the same set.
         digest.update(path.name.encode())
@@ -269,5 +279,11 @@ def load_policies(paths: Iterable[str | Path]) -> tuple[list[Policy], str]:
                 )
             seen[policy.name] = str(path)
             policies.append(policy)
+    if not policies:
+        # An emptied ConfigMap or a wrong path must never mean "allow everything": every front
+        # door (serve, its reload, check, review) refuses an empty set.
+        where = ", ".join(str(p) for p in paths) or "(no path given)"
+        found = "policy files hold no TrainingPolicy" if files else "no policy files (*.yaml, *.yml)"
+        raise PolicyError(f"{found}: an empty policy set would allow everything", path=where)
     policies.sort(key=lambda p: p.name)
     return policies, digest.hexdigest()

@@ -34,6 +34,9 @@ class Match:
     exclude_namespaces: tuple[str, ...] = ()
     operations: tuple[str, ...] = ("CREATE", "UPDATE")
     member_pods: MemberPods = "Exclude"
+    # Mutations skip pods Kueue manages (its pod webhook refuses relabelling); a mutation that only
+    # adds what Kueue never reads (the resume gate) opts in with "Include".
+    kueue_managed_pods: Literal["Exclude", "Include"] = "Exclude"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,13 +16,14 @@ from typing import Any, Protocol
 import orjson
 
 from webhook.config import PlatformConfig
-from webhook.context import Runtimes
+from webhook.context import Runtimes, eviction_key
 from webhook.engine import decide, evaluate, match, reads
 from webhook.engine.compile import CompiledPolicy, PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
 from webhook.nodelevel import node_level_reason
 from webhook.workloads import AdaptContext, build_workload
+from webhook.workloads.common import POD_GROUP_NAME
 from webhook.workloads.model import Workload
 
 
@@ -60,6 +61,7 @@ class Engine:
         priority_classes: Mapping[str, int] | None = None,
         runtimes: Runtimes | None = None,
         exceptions: Sequence[Exemption] = (),
+        cluster: Mapping[str, Any] | None = None,
         remember: int = 0,
     ) -> None:
         """`remember`: how many adapted objects to keep, by content, for a later call on the same
@@ -71,6 +73,12 @@ class Engine:
         # What `cluster.priorityClasses` shows policies: the config's fallback values, overridden
         # by what the cluster says. Fixed for the engine's life, so built once, not per request.
         self.priority_values = {**(config.raw["tiers"].get("values") or {}), **self.priority_classes}
+        # The `cluster` variable: other cluster facts beside the priority values. `evictions` (what
+        # the resume gate reads) is always present, so policies need no has() guards, and is cut
+        # per request to the records of the workload at hand: converting every record of the
+        # cluster into CEL on every admission would cost milliseconds per thousand records.
+        self.cluster = {**(cluster or {}), "evictions": {}, "priorityClasses": self.priority_values}
+        self.evictions: Mapping[str, Any] = (cluster or {}).get("evictions") or {}
         self.runtimes = dict(runtimes or {})
         self.exceptions = tuple(exceptions)
         # Only what the policies read is handed to CEL (engine/reads.py); what does not change
@@ -81,7 +89,7 @@ class Engine:
         self._constants = policies.backend.prepare(
             {
                 "params": self._trimmed("params", config.params()),
-                "cluster": self._trimmed("cluster", {"priorityClasses": self.priority_values}),
+                "cluster": self._trimmed("cluster", self.cluster),
             }
         )
         self._adapted = _Adapted(remember)
@@ -135,6 +143,9 @@ class Engine:
             },
             "variables": {},
         }
+        cluster = self._cluster_for(workload, namespace)
+        if cluster is not None:  # overrides the prepared constant for this request only
+            base["cluster"] = cluster
         evaluated: list[tuple[Policy, PolicyResult]] = []
         now = now or datetime.now(UTC)
         run = self._run if timings is None else self._timed(timings)
@@ -171,6 +182,16 @@ class Engine:
 
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
         return decide.decide(decision, evaluated)
+
+    def _cluster_for(self, workload: Workload, namespace: str | None) -> Any:
+        """`cluster` with `evictions` holding the records under this workload's names; None when
+        there are none (the prepared constant, with no records, serves)."""
+        if not self.evictions or "cluster" not in self._reads:
+            return None
+        found = {
+            k: self.evictions[k] for k in eviction_candidates(workload, namespace) if k in self.evictions
+        }
+        return self._trimmed("cluster", {**self.cluster, "evictions": found}) if found else None
 
     def _trimmed(self, variable: str, value: Any) -> Any:
         """`value` as CEL sees it: None when no policy reads the variable, else the paths read."""
@@ -225,7 +246,7 @@ class Engine:
         if deadline is not None and monotonic() >= deadline:
             # Not evaluated: decide.py maps the error through failurePolicy (Fail denies, Ignore warns).
             return PolicyResult(cp.name, "error", (BUDGET_EXCEEDED,))
-        if patcher is not None and workload.kueue_managed:
+        if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
             # Kueue's pod webhook rejects label changes on the pods it manages.
             return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
         for exception in self.exceptions:
@@ -240,6 +261,21 @@ class Engine:
         if patcher is not None:
             return evaluate.mutate(cp, bindings, patcher)
         return evaluate.validate(cp, bindings)
+
+
+def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:
+    """The names a workload's evictions may be recorded under (webhook.context.eviction_key): its
+    owner (the job Kueue made the Workload for), its Kueue pod group's Workload, the object itself.
+    The resume policies compute the same keys in CEL; this only decides which records they see."""
+    ns = workload.namespace or namespace
+    keys = []
+    if workload.owner is not None:
+        keys.append(eviction_key(ns, workload.owner.kind, workload.owner.name))
+    group = workload.annotations.get(POD_GROUP_NAME) or workload.labels.get(POD_GROUP_NAME)
+    if group:
+        keys.append(eviction_key(ns, "Workload", group))
+    keys.append(eviction_key(ns, workload.kind, workload.name))
+    return keys
 
 
 # Engine._run's signature: one policy against one request.

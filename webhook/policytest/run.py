@@ -7,7 +7,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from webhook.context import context_objects
+from webhook.context import context_objects, evictions
 from webhook.engine import (
     AdmissionInput,
     Engine,
@@ -51,6 +51,7 @@ class Runner:
                 runtimes=runtimes,
                 priority_classes=priority_classes,
                 exceptions=test.exceptions,
+                cluster={"evictions": evictions(r.obj for r in test.resources)},
             )
         return self._engines[test.path]
 

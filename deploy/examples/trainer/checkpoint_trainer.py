@@ -18,7 +18,10 @@ This trainer (a small MLP on synthetic data, CPU, deterministic from --seed):
   process was restarted, so an interrupted-and-resumed run ends with the same weights as an
   uninterrupted one.
 
-It prints one JSON object per line on stdout (events: start, step, save, skip, signal, done).
+It prints one JSON object per line on stdout (events: start, step, save, skip, signal, done). Before
+it exits it prints its measured save time (event `save-time`: the median seconds of its saves and the
+annotation to put on the workload, `trainguard.dev/checkpoint-save-seconds`), from which the review
+gate suggests a checkpoint interval for the tier's preemption rate.
 Exit codes: 0 done or stopped by a signal after saving; 2 bad configuration (e.g. an unsupported
 URI scheme).
 
@@ -35,6 +38,7 @@ import json
 import os
 import random
 import signal
+import statistics
 import struct
 import sys
 import threading
@@ -235,6 +239,21 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
 
 
+def report_save_time(times: list[float]) -> None:
+    """The measured save time C, as the workload annotation the checkpoint advice reads."""
+    if not times:
+        return
+    median = statistics.median(times)
+    value = f"{max(median, 0.001):.3f}".rstrip("0").rstrip(".")
+    log(
+        "save-time",
+        saves=len(times),
+        median_seconds=round(median, 6),
+        max_seconds=round(max(times), 6),
+        annotation={"trainguard.dev/checkpoint-save-seconds": value},
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=200, help="total optimisation steps")
@@ -284,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     log("start", resumed_from=step if state else None, directory=str(directory), pid=os.getpid())
 
     save_seconds = 0.0
+    save_times: list[float] = []
 
     def save(reason: str) -> None:
         nonlocal save_seconds, last_save
@@ -298,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         prune(directory, args.keep)
         spent = time.monotonic() - t0
         save_seconds += spent
+        save_times.append(spent)
         last_save = time.monotonic()
         log("save", step=step, reason=reason, bytes=size, seconds=round(spent, 6), path=path.name)
 
@@ -317,11 +338,13 @@ def main(argv: list[str] | None = None) -> int:
     if stop.is_set():
         log("signal", signal=signal.Signals(received[0]).name, step=step)
         save("signal")
+        report_save_time(save_times)
         wall = time.monotonic() - started
         log("exit", step=step, save_seconds=round(save_seconds, 6), wall_seconds=round(wall, 6))
         return 0
     if not complete_checkpoints(directory) or complete_checkpoints(directory)[0][0] != step:
         save("final")
+    report_save_time(save_times)
     digest = weights_hash(model)
     log(
         "done",

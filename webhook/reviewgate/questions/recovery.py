@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from webhook import fields
+from webhook.reviewgate import advice
 from webhook.reviewgate.questions._facts import (
     KUEUE_PRIORITY_LABEL,
     Described,
@@ -42,7 +43,10 @@ def describe(f: Facts) -> Described:
         if any(VOLCANO_COOLDOWN in e.field for e in cooldown)
         else "no cooldown declared"
     )
-    return Described(f"{bound[0].upper()}{bound[1:]}; {_resume(f)}; {cool}.", evidence)
+    summary = f"{bound[0].upper()}{bound[1:]}; {_resume(f)}; {cool}."
+    platform = advice.recovery_advice(f.config, w, dict(f.priority_values))
+    evidence.extend(Evidence(field, value) for field, value in platform.evidence)
+    return Described(f"{summary} {platform.summary}" if platform.summary else summary, evidence)
 
 
 def _max_restarts(f: Facts, container: str, value: int) -> Evidence:

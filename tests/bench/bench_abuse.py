@@ -1,0 +1,410 @@
+"""Abuse: what misbehaving clients cost a running `trainguard serve`, black-box, over TLS on 127.0.0.1.
+
+Each probe starts from a server at rest (default limits, `--workers` as given, the shipped
+policies) and prints what a user of the cluster would notice: seconds to an answer, /healthz
+latency meanwhile, connections closed, and the server's memory (Pss summed over the supervisor
+and its workers, sampled every 20 ms; growth is over the figure at rest).
+
+  big-pod        one Pod whose container command repeats `timeout 5` (about 1.4 MB)
+  headers-16MiB  one connection sending 16 MiB of a single header line as fast as it can
+  slowloris      200 connections sending their headers at 1 byte/s
+  no-body        20 connections sending a Content-Length and no body
+  withheld       40 connections sending all but the last byte of a 3 MiB body
+  deep           request.kind.kind nested 990 levels, then a valid review on the same connection
+  sequential     the common path for comparison: 2,000 keep-alive /validate calls, one at a time
+  peak           workers x max-in-flight connections posting 2.8 MiB reviews for 10 s: the peak
+                 RSS at the concurrency limit with the largest bodies (what the Deployment's
+                 memory limit is set from)
+
+    python tests/bench/bench_abuse.py [--quick] [--workers N] [--only big-pod,peak]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import json
+import os
+import select
+import socket
+import ssl
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import common
+import servers
+from common import log, table
+
+MiB = 1024 * 1024
+
+
+# -- the server's memory ---------------------------------------------------------------------------
+
+
+def tree(pid: int) -> list[int]:
+    out = [pid]
+    with contextlib.suppress(OSError):
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            out += tree(int(child))
+    return out
+
+
+def rss_kib(pid: int) -> int:
+    """Proportional set size (Pss) summed over the process tree: pages the forked workers still
+    share with the supervisor count once, as the container's memory cgroup counts them."""
+    total = 0
+    for p in tree(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1])
+    return total
+
+
+class Sampler:
+    """Peak summed RSS while the `with` block runs (every 20 ms, bounded by the block)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def __enter__(self) -> Sampler:
+        self.peak = rss_kib(self.pid)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, rss_kib(self.pid))
+
+
+# -- clients ----------------------------------------------------------------------------------------
+
+
+def tls_connect(port: int, ctx: ssl.SSLContext, timeout: float = 10.0) -> ssl.SSLSocket:
+    raw = socket.create_connection((servers.HOST, port), timeout=timeout)
+    return ctx.wrap_socket(raw, server_hostname=servers.HOST)
+
+
+def post_head(length: int) -> bytes:
+    return (
+        b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % length
+    )
+
+
+def request(
+    conn: http.client.HTTPSConnection, method: str, path: str, body: bytes | None = None
+) -> tuple[int, bytes]:
+    headers = {"content-type": "application/json"} if body is not None else {}
+    conn.request(method, path, body=body, headers=headers)
+    response = conn.getresponse()
+    return response.status, response.read()
+
+
+def closed_within(socks: list[ssl.SSLSocket], seconds: float, trickle: bytes | None = None) -> list[float]:
+    """Seconds until the server closed each socket (inf if it did not within `seconds`).
+
+    With `trickle`, every open socket is sent its next byte once a second (slowloris).
+    """
+    start = time.monotonic()
+    closed = [float("inf")] * len(socks)
+    position = 0
+    next_send = start
+    while time.monotonic() - start < seconds and any(c == float("inf") for c in closed):
+        open_ = [s for i, s in enumerate(socks) if closed[i] == float("inf")]
+        readable, _, _ = select.select(open_, [], [], 0.05)
+        for sock in readable:
+            i = socks.index(sock)
+            try:
+                data = sock.recv(65536)
+            except (OSError, ssl.SSLError):
+                data = b""
+            if not data or b"408" in data or b"431" in data:
+                closed[i] = time.monotonic() - start
+        if trickle is not None and time.monotonic() >= next_send:
+            byte = trickle[position % len(trickle) : position % len(trickle) + 1]
+            position += 1
+            next_send += 1.0
+            for i, sock in enumerate(socks):
+                if closed[i] == float("inf"):
+                    try:
+                        sock.sendall(byte)
+                    except (OSError, ssl.SSLError):
+                        closed[i] = time.monotonic() - start
+    return closed
+
+
+# -- probes -------------------------------------------------------------------------------------------
+
+
+def big_pod_review(target: int = 1_400_000) -> bytes:
+    words = ["timeout", "5"] * (target // 14)  # `"timeout","5",` is 14 bytes of JSON
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "wrapped", "namespace": "ml", "labels": {"trainguard.dev/role": "training"}},
+        "spec": {"containers": [{"name": "t", "image": "x", "command": [*words, "torchrun", "train.py"]}]},
+    }
+    return json.dumps(common.admission_review(pod, namespace="ml"), separators=(",", ":")).encode()
+
+
+def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
+    body = big_pod_review()
+    healthz: list[float] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+        while not done.is_set() and len(healthz) < 2000:
+            t = time.perf_counter()
+            try:
+                request(conn, "GET", "/healthz")
+            except (OSError, http.client.HTTPException):  # a timeout is a figure too: the 30 s waited
+                conn.close()
+                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+            healthz.append(time.perf_counter() - t)
+            time.sleep(0.05)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    with Sampler(pid) as mem:
+        poller.start()
+        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=120)
+        start = time.perf_counter()
+        try:
+            status, answer = request(conn, "POST", "/validate", body)
+        except (OSError, http.client.HTTPException):
+            status, answer = -1, b"{}"
+        seconds = time.perf_counter() - start
+        done.set()
+        poller.join(30)
+    response = json.loads(answer).get("response", {}) if status == 200 else {}
+    return {
+        "body_MB": round(len(body) / 1e6, 2),
+        "status": status,
+        "allowed": response.get("allowed"),
+        "answer_s": round(seconds, 3),
+        "healthz_max_s": round(max(healthz, default=float("nan")), 3),
+        "healthz_median_s": round(common.median(healthz), 3) if healthz else None,
+        "healthz_n": len(healthz),
+        "peak_rss_MiB": round(mem.peak / 1024, 1),
+    }
+
+
+def probe_headers(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
+    before = rss_kib(pid)
+    sent = 0
+    with Sampler(pid) as mem, tls_connect(port, ctx) as sock:
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Endless: ")
+        with contextlib.suppress(OSError, ssl.SSLError):
+            while sent < 16 * MiB:
+                sock.sendall(b"a" * 65536)
+                sent += 65536
+        closed = closed_within([sock], 15)
+    return {
+        "sent_MiB": round(sent / MiB, 2),
+        "closed_after_s": round(closed[0], 2),
+        "rss_growth_MiB": round((mem.peak - before) / 1024, 1),
+    }
+
+
+def probe_slow_connections(
+    port: int, ctx: ssl.SSLContext, pid: int, count: int, first: Callable[[], bytes], trickle: bytes | None
+) -> dict[str, Any]:
+    before = rss_kib(pid)
+    socks = []
+    with Sampler(pid) as mem:
+        for _ in range(count):
+            sock = tls_connect(port, ctx)
+            sock.sendall(first())
+            socks.append(sock)
+        closed = closed_within(socks, 30, trickle)
+        for sock in socks:
+            sock.close()
+        time.sleep(2.0)  # what the server keeps once both sides have let go
+        after = rss_kib(pid)
+    finite = sorted(c for c in closed if c != float("inf"))
+    return {
+        "connections": count,
+        "closed": len(finite),
+        "closed_by_s_median": round(common.median(finite), 2) if finite else None,
+        "closed_by_s_max": round(finite[-1], 2) if finite else None,
+        "rss_growth_peak_MiB": round((mem.peak - before) / 1024, 1),
+        "rss_growth_after_MiB": round((after - before) / 1024, 1),
+    }
+
+
+def probe_deep(port: int, ctx: ssl.SSLContext) -> dict[str, Any]:
+    deep = (
+        b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u",'
+        b'"operation":"CREATE","object":{},"kind":' + b'{"kind":' * 990 + b'"Pod"' + b"}" * 991 + b"}"
+    )
+    valid = json.dumps(common.admission_review(common.big_training_pod()), separators=(",", ":")).encode()
+    conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+    outcomes: list[int | str] = []
+    for body in (deep, valid):
+        try:
+            outcomes.append(request(conn, "POST", "/validate", body)[0])
+        except (OSError, http.client.HTTPException) as exc:
+            outcomes.append(type(exc).__name__)
+    return {"deep_status": outcomes[0], "then_same_connection": outcomes[1]}
+
+
+def padded_review(target: int) -> bytes:
+    """The 11.6 KB training Pod with environment entries added until its review is `target` bytes.
+
+    Many small entries: more Python objects per byte than any other shape of the same size.
+    """
+    pod = common.big_training_pod()
+    env = pod["spec"]["containers"][0].setdefault("env", [])
+    entry = 96  # bytes of JSON per entry below
+    base = len(json.dumps(common.admission_review(pod), separators=(",", ":")))
+    for i in range(max(0, (target - base) // entry)):
+        env.append({"name": f"PAD_{i:06d}", "value": "v" * (entry - 35)})
+    return json.dumps(common.admission_review(pod), separators=(",", ":")).encode()
+
+
+def probe_peak(port: int, ctx: ssl.SSLContext, pid: int, clients: int, seconds: float) -> dict[str, Any]:
+    body = padded_review(int(2.8 * MiB))
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+    stop = time.monotonic() + seconds
+
+    def client() -> None:
+        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=60)
+        for _ in range(10_000):
+            if time.monotonic() > stop:
+                return
+            try:
+                status, _ = request(conn, "POST", "/validate", body)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=60)
+                status = -1
+            with lock:
+                statuses[status] = statuses.get(status, 0) + 1
+
+    before = rss_kib(pid)
+    with Sampler(pid) as mem:
+        threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(seconds + 60)
+    return {
+        "clients": clients,
+        "body_MiB": round(len(body) / MiB, 2),
+        "statuses": statuses,
+        "rss_at_rest_MiB": round(before / 1024, 1),
+        "peak_rss_MiB": round(mem.peak / 1024, 1),
+    }
+
+
+def probe_sequential(port: int, ctx: ssl.SSLContext, count: int) -> dict[str, Any]:
+    """The common path, for comparison: keep-alive /validate of the 11.6 KB Pod, one at a time."""
+    body = json.dumps(common.admission_review(common.big_training_pod()), separators=(",", ":")).encode()
+    conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+    times = []
+    for _ in range(count):
+        start = time.perf_counter()
+        request(conn, "POST", "/validate", body)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return {
+        "requests": count,
+        "p50_ms": round(common.percentile(times, 50) * 1000, 2),
+        "p90_ms": round(common.percentile(times, 90) * 1000, 2),
+        "p99_ms": round(common.percentile(times, 99) * 1000, 2),
+    }
+
+
+@contextlib.contextmanager
+def server(workers: int, tmp: Path, name: str) -> Iterator[tuple[servers.Server, ssl.SSLContext]]:
+    port = servers.free_port()
+    # --workers 0: leave the option out (a tree without it, for comparisons).
+    s = servers.trainguard_server(port, tmp / "certs", tmp / f"{name}.log", workers=workers or None)
+    with s:
+        time.sleep(0.5)  # every worker up, not just the first that answered /readyz
+        yield s, ssl.create_default_context(cafile=str(tmp / "certs" / "ca.crt"))
+
+
+def run(
+    quick: bool, workers: int = 2, max_in_flight: int = 8, only: set[str] | None = None
+) -> dict[str, Any]:
+    results: dict[str, Any] = {"workers": workers, "loadavg": os.getloadavg()}
+    with tempfile.TemporaryDirectory(prefix="trainguard-abuse-") as d:
+        tmp = Path(d)
+        servers.make_certs(tmp / "certs")
+        probes: list[tuple[str, Callable[[servers.Server, ssl.SSLContext], dict[str, Any]]]] = [
+            ("big-pod", lambda s, c: probe_big_pod(s.port, c, s.pid)),
+            ("headers-16MiB", lambda s, c: probe_headers(s.port, c, s.pid)),
+            (
+                "slowloris",
+                lambda s, c: probe_slow_connections(
+                    s.port,
+                    c,
+                    s.pid,
+                    50 if quick else 200,
+                    lambda: b"P",
+                    b"OST /validate HTTP/1.1\r\nX: " + b"a" * 64,
+                ),
+            ),
+            (
+                "no-body",
+                lambda s, c: probe_slow_connections(s.port, c, s.pid, 20, lambda: post_head(1000), None),
+            ),
+            (
+                "withheld",
+                lambda s, c: probe_slow_connections(
+                    s.port,
+                    c,
+                    s.pid,
+                    10 if quick else 40,
+                    lambda: post_head(3 * MiB) + b"a" * (3 * MiB - 1),
+                    None,
+                ),
+            ),
+            ("deep", lambda s, c: probe_deep(s.port, c)),
+            ("sequential", lambda s, c: probe_sequential(s.port, c, 500 if quick else 2000)),
+            ("peak", lambda s, c: probe_peak(s.port, c, s.pid, workers * max_in_flight, 5 if quick else 10)),
+        ]
+        for name, probe in probes:
+            if only and name not in only:
+                continue
+            log(f"abuse: {name}")
+            with server(workers, tmp, name) as (s, ctx):
+                results[name] = probe(s, ctx)
+    rows = [(name, json.dumps(value)) for name, value in results.items() if isinstance(value, dict)]
+    print(
+        table(
+            f"abuse probes ({workers} workers, load average {results['loadavg']})", ["probe", "figures"], rows
+        )
+    )
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--workers", type=int, default=2, help="0: do not pass --workers")
+    parser.add_argument("--only", help="comma-separated probe names")
+    args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    print(json.dumps(run(args.quick, args.workers, only=only)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,61 @@
+"""Admission slots: how many are decided at once, how long others wait, and when they are refused."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from webhook.isolation import Busy, DecisionThreads, Slots
+
+
+async def _outcome(slots: Slots, hold: float, order: list[str], name: str) -> str:
+    try:
+        await slots.acquire()
+    except Busy:
+        order.append(f"{name}:busy")
+        return "busy"
+    order.append(f"{name}:in")
+    await asyncio.sleep(hold)
+    slots.release()
+    return "decided"
+
+
+CASES = [
+    pytest.param(2, 0, 1.0, 0.05, ["decided", "decided", "busy"], id="full-and-no-queue-refuses-at-once"),
+    pytest.param(1, 2, 1.0, 0.05, ["decided", "decided", "decided"], id="queued-calls-get-the-slot-in-turn"),
+    pytest.param(1, 1, 1.0, 0.05, ["decided", "decided", "busy"], id="past-the-queue-refused"),
+    pytest.param(1, 2, 0.05, 0.5, ["decided", "busy", "busy"], id="a-wait-past-its-limit-is-refused"),
+]
+
+
+@pytest.mark.parametrize(("size", "queue", "wait", "hold", "expected"), CASES)
+def test_slots_decide_queue_or_refuse(
+    size: int, queue: int, wait: float, hold: float, expected: list[str]
+) -> None:
+    async def scenario() -> tuple[list[str], Slots]:
+        slots = Slots(size, queue, wait)
+        order: list[str] = []
+        calls = []
+        for i in range(3):
+            calls.append(asyncio.create_task(_outcome(slots, hold, order, f"c{i}")))
+            await asyncio.sleep(0)  # arrive in order
+        return list(await asyncio.gather(*calls)), slots
+
+    outcomes, slots = asyncio.run(scenario())
+    assert outcomes == expected
+    assert (slots.busy, slots.waiting) == (0, 0)  # every slot given back
+
+
+def test_a_decision_error_reaches_the_caller() -> None:
+    threads = DecisionThreads(1)
+
+    def broken() -> int:
+        raise RecursionError("deep")
+
+    async def scenario() -> int:
+        return await threads.submit(broken)
+
+    with pytest.raises(RecursionError, match="deep"):
+        asyncio.run(scenario())
+    threads.shutdown()

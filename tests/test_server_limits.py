@@ -1,0 +1,548 @@
+"""The webhook under abuse, on a real server on 127.0.0.1: what a client that misbehaves gets back.
+
+Slow or silent clients are cut off, oversized headers refused, deep nesting answered with 400 on
+a connection that keeps working, a full server answers 429, a slow decision holds up neither the
+probes nor the answer past its budget, and SIGTERM with a slow decision in flight still exits.
+The slow decision is real: a policy whose CEL nests three comprehensions over the containers,
+evaluated by the pure-Python CEL runtime (cel-expr-python stops such an expression at its
+iteration budget, so it cannot be made slow there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.test_server_tls import (
+    REPO,
+    REVIEW,
+    UID,
+    WAIT,
+    client_context,
+    denied_by_gang,
+    read_response,
+    running,
+    settings_for,
+    url,
+    wait_for,
+)
+from webhook import certs
+from webhook.engine import default_policies_dir
+from webhook.server import WebhookServer
+
+SLOW_POLICY = """\
+apiVersion: trainguard.dev/v1alpha1
+kind: TrainingPolicy
+metadata:
+  name: slow
+spec:
+  mode: Enforce
+  match:
+    kinds: [Pod]
+  validations:
+    - expression: >-
+        object.spec.containers.all(a, object.spec.containers.all(b,
+        object.spec.containers.all(c, a.name != '')))
+      message: never fails
+"""
+
+
+def slow_review(containers: int, uid: str = UID) -> bytes:
+    """A Pod whose decision under SLOW_POLICY on cel-python takes about containers³ × 0.5 ms (idle machine)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "labels": {"trainguard.dev/role": "training"}},
+        "spec": {"containers": [{"name": f"c{i}", "image": "x"} for i in range(containers)]},
+    }
+    return orjson.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": uid, "operation": "CREATE", "namespace": "ml", "object": pod},
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def ca() -> tuple[bytes, bytes]:
+    return certs.make_ca()
+
+
+@pytest.fixture
+def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "ca.crt").write_bytes(ca[0])
+    (tmp_path / "certs" / "ca.key").write_bytes(ca[1])
+    certs.write_bundle(tmp_path / "certs", hosts=["127.0.0.1", "localhost"], days=2)
+    shutil.copytree(default_policies_dir(), tmp_path / "policies")
+    (tmp_path / "slow").mkdir()
+    (tmp_path / "slow" / "slow.yaml").write_text(SLOW_POLICY)
+    return tmp_path
+
+
+@contextlib.contextmanager
+def tls_socket(server: WebhookServer, files: Path) -> Iterator[ssl.SSLSocket]:
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT)
+    with client_context(files).wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        yield tls
+
+
+def post_bytes(body: bytes, *extra_headers: bytes) -> bytes:
+    return (
+        b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + b"".join(h + b"\r\n" for h in extra_headers)
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+def read_until_closed(tls: ssl.SSLSocket, limit: float) -> tuple[bytes, bool]:
+    """Everything the server sends within `limit` seconds, and whether it closed the connection."""
+    data = b""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        tls.settimeout(max(0.01, deadline - time.monotonic()))
+        try:
+            chunk = tls.recv(65536)
+        except TimeoutError:
+            return data, False
+        except (ConnectionResetError, ssl.SSLError):
+            return data, True
+        if not chunk:
+            return data, True
+        data += chunk
+    return data, False
+
+
+# -- slow and silent clients ----------------------------------------------------------------------
+
+
+def _trickle(tls: ssl.SSLSocket, data: bytes, every: float, until: float) -> None:
+    """Send `data` a byte at a time until the server closes the connection or `until` passes."""
+    for byte in data:
+        if time.monotonic() > until:
+            return
+        try:
+            tls.sendall(bytes([byte]))
+        except (OSError, ValueError):  # closed by the server, or by the test once it has its answer
+            return
+        time.sleep(every)
+
+
+SLOW_CLIENTS = [
+    pytest.param(b"", None, "request headers not received", id="connects-and-says-nothing"),
+    pytest.param(
+        b"", b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 200,
+        "request headers not received", id="headers-a-byte-at-a-time",
+    ),
+    pytest.param(
+        b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: 1000\r\n\r\n",
+        None, "request body not received", id="content-length-and-no-body",
+    ),
+    pytest.param(
+        post_bytes(REVIEW)[:-1], None, "request body not received", id="body-without-its-last-byte",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("sent", "trickled", "message"), SLOW_CLIENTS)
+def test_a_slow_or_silent_client_gets_408_and_is_closed(
+    files: Path, sent: bytes, trickled: bytes | None, message: str
+) -> None:
+    settings = settings_for(files, header_timeout=0.5, body_timeout=0.5)
+    with running(settings) as server, tls_socket(server, files) as tls:
+        tls.sendall(sent)
+        if trickled is not None:
+            sender = threading.Thread(
+                target=_trickle, args=(tls, trickled, 0.05, time.monotonic() + WAIT), daemon=True
+            )
+            sender.start()
+        data, closed = read_until_closed(tls, WAIT)
+        if trickled is not None:
+            sender.join(timeout=WAIT)
+        assert closed, "the server kept the connection open"
+        assert data.startswith(b"HTTP/1.1 408 "), data[:200]
+        assert message.encode() in data
+        # The server itself is unharmed.
+        with httpx.Client(verify=client_context(files)) as client:
+            assert client.get(url(server, "/healthz")).status_code == 200
+
+
+def test_a_client_that_never_starts_the_tls_handshake_is_disconnected(files: Path) -> None:
+    with (
+        running(settings_for(files, header_timeout=0.5)) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=WAIT) as raw,
+    ):
+        started = time.monotonic()
+        try:
+            data = raw.recv(1024)  # nothing was sent: the next thing is the server hanging up
+        except ConnectionResetError:
+            data = b""
+        waited = time.monotonic() - started
+    assert data == b""
+    assert waited < WAIT
+
+
+# -- header limits --------------------------------------------------------------------------------
+
+HEADER_ABUSE = [
+    pytest.param([b"X-H%d: v" % i for i in range(101)], "more than 100 request headers", id="101-headers"),
+    pytest.param([b"X-Big: " + b"a" * 70_000], "exceed 65536 bytes", id="one-70-KB-header"),
+    pytest.param([b"X-H%d: %s" % (i, b"a" * 1000) for i in range(80)], "exceed 65536 bytes", id="80-KB-in-80"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("headers", "message"), HEADER_ABUSE)
+def test_too_many_or_too_large_headers_get_431_and_close(
+    files: Path, headers: list[bytes], message: str
+) -> None:
+    with running(settings_for(files)) as server, tls_socket(server, files) as tls:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            tls.sendall(post_bytes(REVIEW, *headers))
+        data, closed = read_until_closed(tls, WAIT)
+    assert data.startswith(b"HTTP/1.1 431 "), data[:200]
+    assert message.encode() in data
+    assert closed
+
+
+def test_headers_that_never_end_are_cut_off_at_the_limit(files: Path) -> None:
+    """16 MiB of one header line, sent as fast as possible: 431 once the first 64 KiB are in.
+
+    (What it costs the server in memory is measured by tests/bench/bench_abuse.py.)
+    """
+    with running(settings_for(files)) as server, tls_socket(server, files) as tls:
+        tls.sendall(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Endless: ")
+        sent = 0
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, ssl.SSLError, TimeoutError):
+            tls.settimeout(WAIT)
+            while sent < 16 * 1024 * 1024:
+                tls.sendall(b"a" * 65536)
+                sent += 65536
+        data, closed = read_until_closed(tls, WAIT)
+    assert closed
+    assert data.startswith(b"HTTP/1.1 431 "), data[:200]
+
+
+# -- deep nesting ---------------------------------------------------------------------------------
+
+
+def nested(depth: int) -> bytes:
+    """`{"kind": {"kind": … "Pod" …}}`, `depth` levels, as JSON text (orjson will not write it that deep)."""
+    return b'{"kind":' * depth + b'"Pod"' + b"}" * depth
+
+
+def review_with(**request: bytes) -> bytes:
+    fields = {"uid": orjson.dumps(UID), "operation": b'"CREATE"', "object": b'{"kind":"Pod"}'} | request
+    inner = b",".join(b'"%s":%s' % (k.encode(), v) for k, v in fields.items())
+    return b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{%s}}' % inner
+
+
+DEEP = [
+    pytest.param(review_with(kind=nested(990)), "nested deeper than 100 levels", id="kind-kind-990-levels"),
+    pytest.param(
+        review_with(object=b'{"kind":"Pod","spec":%s}' % nested(500)), "nested deeper than 100", id="object-500-levels"
+    ),
+    pytest.param(b'{"a":' * 2000 + b"1" + b"}" * 2000, "malformed JSON", id="json-2000-levels"),
+    pytest.param(review_with(kind=b'{"kind":["Pod"]}'), "request.kind.kind must be a string", id="kind-a-list"),
+    pytest.param(review_with(name=b'{"x":1}'), "request.name must be a string", id="name-an-object"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("body", "message"), DEEP)
+def test_deep_or_odd_reviews_get_400_and_the_connection_then_serves_a_valid_one(
+    files: Path, body: bytes, message: str
+) -> None:
+    with running(settings_for(files)) as server, tls_socket(server, files) as tls:
+        tls.sendall(post_bytes(body))
+        first = read_response(tls)
+        assert first.startswith(b"HTTP/1.1 400 "), first[:300]
+        assert message in orjson.loads(first.split(b"\r\n\r\n", 1)[1])["error"]
+        tls.sendall(post_bytes(REVIEW))  # the same keep-alive connection
+        second = read_response(tls)
+    assert second.startswith(b"HTTP/1.1 200 "), second[:300]
+    assert denied_by_gang(orjson.loads(second.split(b"\r\n\r\n", 1)[1])["response"])
+
+
+# -- slow decisions: probes, other requests, the budget, the slot limit ---------------------------
+
+
+def slow_settings(files: Path, **overrides: Any) -> Any:
+    return replace(settings_for(files, policies=(str(files / "slow"),), cel="cel-python"), **overrides)
+
+
+def post_review(files: Path, server: WebhookServer, body: bytes, out: list[Any]) -> None:
+    with httpx.Client(verify=client_context(files), timeout=60) as client:
+        out.append(
+            client.post(url(server, "/validate"), content=body, headers={"content-type": "application/json"})
+        )
+
+
+def test_probes_are_answered_while_a_slow_decision_runs(files: Path) -> None:
+    with running(slow_settings(files, request_budget=30.0)) as server:
+        answers: list[Any] = []
+        slow = threading.Thread(
+            target=post_review, args=(files, server, slow_review(20), answers), daemon=True
+        )
+        slow.start()
+        wait_for(lambda: server.state.threads.running == 1, "the slow decision to start")
+        with httpx.Client(verify=client_context(files)) as client:
+            probes = [
+                client.get(url(server, path)).status_code for path in ("/healthz", "/readyz", "/healthz")
+            ]
+            assert server.state.threads.running == 1, "the decision ended before the probes were answered"
+        slow.join(timeout=60)
+    assert probes == [200, 200, 200]
+    assert answers[0].status_code == 200 and answers[0].json()["response"]["allowed"] is True
+
+
+def test_a_decision_past_its_budget_is_answered_fail_closed_in_time(files: Path) -> None:
+    with running(slow_settings(files, request_budget=0.5)) as server:
+        answers: list[Any] = []
+        post_review(files, server, slow_review(20), answers)
+        assert server.state.threads.running == 1, "the answer waited for the decision"
+        wait_for(lambda: server.state.threads.running == 0, "the abandoned decision to end", timeout=60)
+    out = answers[0].json()["response"]
+    assert out["uid"] == UID and out["allowed"] is False
+    assert "time budget of 0.5 s" in out["status"]["message"]
+
+
+def test_a_full_server_answers_429_with_retry_after(files: Path) -> None:
+    settings = slow_settings(files, request_budget=30.0, max_in_flight=1, max_queued=1, queue_wait=0.2)
+    with running(settings) as server:
+        answers: list[Any] = []
+        slow = threading.Thread(
+            target=post_review, args=(files, server, slow_review(18), answers), daemon=True
+        )
+        slow.start()
+        wait_for(lambda: server.state.threads.running == 1, "the slow decision to start")
+        with httpx.Client(verify=client_context(files)) as client:
+            refused = client.post(
+                url(server, "/validate"), content=slow_review(2), headers={"content-type": "application/json"}
+            )
+            ready = client.get(url(server, "/readyz"))
+        slow.join(timeout=60)
+        after: list[Any] = []
+        post_review(files, server, slow_review(2), after)
+    assert refused.status_code == 429
+    assert refused.headers["retry-after"] == "1"
+    assert "too many admissions in progress" in refused.json()["error"]
+    assert ready.status_code == 200  # busy is not unready: the probes stay green
+    assert after[0].status_code == 200  # and the slot is free again
+
+
+# -- SIGTERM with a slow decision in flight -------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [pytest.param(1, id="one-process"), pytest.param(2, id="two-workers")])
+def test_sigterm_with_a_slow_decision_in_flight_exits_within_the_grace_period(
+    files: Path, workers: int
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [
+        *(sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", str(port)),
+        *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
+        *("--policies", str(files / "slow"), "--cel", "cel-python", "--workers", str(workers)),
+        *("--shutdown-delay", "0.5", "--graceful-timeout", "2", "--request-budget", "60"),
+    ]
+    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    grace = 10.0  # what a Deployment would give it here
+    try:
+        with httpx.Client(verify=client_context(files), timeout=1) as client:
+
+            def ready() -> bool:
+                with contextlib.suppress(httpx.HTTPError):
+                    return client.get(f"https://127.0.0.1:{port}/readyz").status_code == 200
+                return False
+
+            wait_for(ready, "the served process to be ready", timeout=30)
+        answers: list[Any] = []
+
+        def slow() -> None:
+            with (
+                contextlib.suppress(httpx.HTTPError),
+                httpx.Client(verify=client_context(files), timeout=60) as c,
+            ):
+                body = slow_review(40)  # about 30 s of CEL
+                answers.append(
+                    c.post(
+                        f"https://127.0.0.1:{port}/validate",
+                        content=body,
+                        headers={"content-type": "application/json"},
+                    )
+                )
+
+        threading.Thread(target=slow, daemon=True).start()
+        time.sleep(1.0)  # the decision is running
+        asked = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=grace)
+        took = time.monotonic() - asked
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr[-2000:]
+    assert took < grace
+    messages = [orjson.loads(line)["msg"] for line in stderr.splitlines() if line.startswith("{")]
+    assert "shutdown requested: not ready, still serving" in messages
+
+
+def test_workers_stop_when_their_supervisor_is_killed(files: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [
+        *(
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+        ),
+        *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
+        *("--policies", str(files / "policies"), "--shutdown-delay", "0"),
+    ]
+    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.DEVNULL)
+    try:
+        with httpx.Client(verify=client_context(files), timeout=1) as client:
+
+            def ready() -> bool:
+                with contextlib.suppress(httpx.HTTPError):
+                    return client.get(f"https://127.0.0.1:{port}/readyz").status_code == 200
+                return False
+
+            wait_for(ready, "the served process to be ready", timeout=30)
+        children_file = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        workers = wait_for(lambda: [int(p) for p in children_file.read_text().split()], "the workers")
+        assert len(workers) == 2
+        process.kill()
+        process.wait(WAIT)
+
+        def gone() -> bool:
+            return not any(Path(f"/proc/{pid}").exists() for pid in workers)
+
+        wait_for(gone, "the workers to stop")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def large_slow_review(containers: int, pad: int) -> bytes:
+    review = orjson.loads(slow_review(containers))
+    review["request"]["object"]["metadata"]["annotations"] = {"pad": "x" * pad}
+    return orjson.dumps(review)
+
+
+def test_large_bodies_share_a_byte_budget_and_small_ones_pass(files: Path) -> None:
+    # 1 MiB body limit: two bodies of 0.9 MB fit the 2 MiB budget of large bodies, a third does not.
+    settings = slow_settings(files, request_budget=30.0, max_body_bytes=1024 * 1024)
+    with running(settings) as server:
+        answers: list[Any] = []
+        large = [
+            threading.Thread(
+                target=post_review, args=(files, server, large_slow_review(18, 900_000), answers), daemon=True
+            )
+            for _ in range(2)
+        ]
+        for thread in large:
+            thread.start()
+        wait_for(lambda: server.state.threads.running == 2, "both large decisions to start")
+        third: list[Any] = []
+        post_review(files, server, large_slow_review(2, 900_000), third)
+        small: list[Any] = []
+        post_review(files, server, slow_review(2), small)
+        assert server.state.threads.running == 2, "the large decisions ended too soon to tell"
+        for thread in large:
+            thread.join(timeout=60)
+    assert third[0].status_code == 429 and third[0].headers["retry-after"] == "1"
+    assert "too many large admissions" in third[0].json()["error"]
+    assert small[0].status_code == 200
+    assert [a.status_code for a in answers] == [200, 200]
+
+
+def test_with_two_workers_every_scrape_counts_every_admission(files: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [
+        *(
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "2",
+        ),
+        *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
+        *("--policies", str(files / "policies"), "--shutdown-delay", "0"),
+    ]
+    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
+    base = f"https://127.0.0.1:{port}"
+    try:
+
+        def ready() -> bool:
+            with (
+                contextlib.suppress(httpx.HTTPError),
+                httpx.Client(verify=client_context(files), timeout=1) as c,
+            ):
+                return c.get(f"{base}/readyz").status_code == 200
+            return False
+
+        wait_for(ready, "the served process to be ready", timeout=30)
+        for _ in range(12):  # a new connection each: the kernel spreads them over the workers
+            with httpx.Client(verify=client_context(files), timeout=WAIT) as client:
+                answer = client.post(
+                    f"{base}/validate", content=REVIEW, headers={"content-type": "application/json"}
+                )
+                assert denied_by_gang(answer.json()["response"])
+        scrapes = []
+        for _ in range(6):
+            with httpx.Client(verify=client_context(files), timeout=WAIT) as client:
+                scrapes.append(client.get(f"{base}/metrics").text)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=WAIT)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, stderr[-2000:]
+    pids = {orjson.loads(line).get("worker") for line in stderr.splitlines() if '"admission"' in line}
+    for text in scrapes:
+        counted = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("trainguard_admission_requests_total{") and 'endpoint="validate"' in line
+        )
+        assert counted == 12, text
+        ready_lines = [line for line in text.splitlines() if line.startswith("trainguard_ready")]
+        assert ready_lines and all(line.endswith(" 1.0") for line in ready_lines), ready_lines
+    assert pids  # the admission log lines say which worker decided

@@ -1,0 +1,97 @@
+"""What a served webhook needs from the cluster: cache contents for the engine, self-registration.
+
+Started once the server listens (on_started) and stopped when it drains (on_stopping); the
+kubernetes client runs on its own threads and hands changes to the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from webhook.config import PlatformConfig
+from webhook.engine import PolicyException
+from webhook.reload import Reloader, Runtimes, read_file
+from webhook.settings import Settings
+
+__all__ = ["cluster_hooks"]
+
+
+def cluster_hooks(
+    settings: Settings, reloader: Reloader
+) -> tuple[Callable[[asyncio.AbstractEventLoop, bool], None], Callable[[], None]]:
+    """Start/stop callbacks for the cluster caches and self-registration (threads, not the loop).
+
+    Every worker process keeps its own caches (each decides with them); only the worker started
+    with `register` writes the webhook configurations and runs the auditor (--audit), so workers
+    do not race to apply them or scan the cluster once each.
+    """
+    from webhook import cluster  # the kubernetes client is imported only with cluster access
+
+    api = cluster.api_client(kubeconfig=settings.kubeconfig, in_cluster=settings.in_cluster)
+    running: list[Any] = []
+
+    def started(loop: asyncio.AbstractEventLoop, register: bool) -> None:
+        def changed(
+            priority_classes: Mapping[str, int], runtimes: Runtimes, exceptions: Sequence[PolicyException]
+        ) -> None:
+            loop.call_soon_threadsafe(reloader.set_cluster, priority_classes, runtimes, exceptions)
+
+        caches = cluster.ClusterCaches(api, on_change=changed)
+        caches.start()
+        running.append(caches)
+        if _governs_recovery(reloader.config):
+            # Every worker decides, so every worker needs the eviction records; the Lease picks
+            # one controller across workers and pods. Only where the config governs a tier: the
+            # watches need deploy/rbac-resume.yaml.
+            from webhook.recovery.controller import RecoveryService
+
+            def evicted(records: Mapping[str, Any]) -> None:
+                loop.call_soon_threadsafe(reloader.set_evictions, records)
+
+            recovery = RecoveryService(
+                api,
+                config=lambda: reloader.config,
+                lease_namespace=settings.webhook_namespace,
+                on_evictions=evicted,
+            )
+            recovery.start()
+            running.append(recovery)
+        if settings.self_register and register:
+            assert settings.ca_bundle is not None
+            registrar = cluster.Registrar(
+                api,
+                service=settings.webhook_service,
+                namespace=settings.webhook_namespace,
+                url=settings.webhook_url,
+                platform=lambda: reloader.config,
+                metrics=reloader.state.metrics,
+            )
+            registrar.start(read_file(settings.ca_bundle))
+            reloader.on_ca_change = registrar.update
+            reloader.on_config_change = registrar.refresh
+            running.append(registrar)
+        if settings.audit and register:  # one auditor per pod; the Lease picks one across pods
+            from webhook.audit.cluster_serve import AuditService
+
+            audit = AuditService(
+                api,
+                engine=lambda: reloader.state.engine,
+                lease_namespace=settings.webhook_namespace,
+                report_format=settings.report_format,
+                metrics=reloader.state.metrics,
+            )
+            audit.start()
+            running.append(audit)
+
+    def stopping() -> None:
+        for component in running:
+            component.stop()
+
+    return started, stopping
+
+
+def _governs_recovery(config: PlatformConfig | None) -> bool:
+    """The resume controller runs only where the config governs a tier (deploy/rbac-resume.yaml)."""
+    return config is not None and any(config.recovery(t) for t in ("guaranteed", "preemptible"))

@@ -1,0 +1,149 @@
+"""HTTP/1.1 on httptools with the limits uvicorn lacks: header size and count, header and body timeouts.
+
+uvicorn's httptools protocol arms a timer only between requests (keep-alive), and httptools
+accumulates a header of any size; h11 caps the header block but is several times slower on the
+request path. So the few limits the webhook needs are added here, on top of uvicorn's protocol:
+
+- header timeout: from connect (or a request's first byte) to the end of its headers, else
+  408 and close: a client sending headers a byte at a time (slowloris) is cut off;
+- body timeout: from the end of the headers to the end of the body, else 408 and close: a
+  Content-Length with a withheld body frees its buffer and its admission slot;
+- header bytes and header count: past either, 431 and close, before the headers are handed on.
+
+Everything else (parsing, flow control, keep-alive, pipelining, drain) is uvicorn's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+
+__all__ = ["HttpLimits", "limited_protocol"]
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+
+
+class _HeaderLimit(Exception):
+    """Raised from a parser callback to stop parsing; httptools wraps it in HttpParserError."""
+
+
+class LimitedHttpToolsProtocol(HttpToolsProtocol):
+    limits: ClassVar[HttpLimits] = HttpLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_headers = True  # bytes received now belong to a request's headers
+        self._header_bytes = 0
+        self._header_count = 0
+        self._header_size = 0  # of the headers parsed so far (a chunk may hold body bytes too)
+        self._refusal: tuple[int, str] | None = None
+
+    # -- the connection -------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm(self.limits.header_timeout, "request headers")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._in_headers:
+            self._header_bytes += len(data)
+        super().data_received(data)
+        # Headers still incomplete after this chunk: every byte so far was header. httptools keeps
+        # an unfinished header line whole until it ends, so this is checked per chunk.
+        limit = self.limits.max_header_bytes
+        if self._in_headers and self._header_bytes > limit and not self.transport.is_closing():
+            self._refuse(431, f"request headers exceed {limit} bytes")
+
+    def send_400_response(self, msg: str) -> None:
+        # uvicorn answers every parser error with 400; a limit we raised gets its own status.
+        if self._refusal is not None:
+            self._refuse(*self._refusal)
+        else:
+            super().send_400_response(msg)
+
+    # -- parser callbacks -----------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_headers = True
+        self._header_count = 0
+        self._header_size = 0
+        if self._timer is None:  # a keep-alive connection's next request
+            self._arm(self.limits.header_timeout, "request headers")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        self._header_size += len(name) + len(value) + 4
+        if self._header_count > self.limits.max_headers:
+            self._refusal = (431, f"more than {self.limits.max_headers} request headers")
+            raise _HeaderLimit
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        limit = self.limits.max_header_bytes
+        if self._header_size + len(self.url) > limit:
+            self._refusal = (431, f"request headers exceed {limit} bytes")
+            raise _HeaderLimit
+        self._in_headers = False
+        self._header_bytes = 0
+        self._arm(self.limits.body_timeout, "request body")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        super().on_message_complete()
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def _arm(self, seconds: float, what: str) -> None:
+        self._disarm()
+        self._timer = self.loop.call_later(seconds, self._expired, what, seconds)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expired(self, what: str, seconds: float) -> None:
+        self._timer = None
+        if self.transport.is_closing():
+            return
+        self.logger.warning("closing a connection: %s not received within %s s", what, seconds)
+        if self.cycle is not None and self.cycle.response_started:
+            self.transport.close()  # a response is on its way: no second status line
+            return
+        self._refuse(408, f"{what} not received within {seconds:g} s")
+
+    def _refuse(self, status: int, message: str) -> None:
+        body = message.encode("ascii", "replace")
+        self.transport.write(
+            b"".join(
+                [
+                    STATUS_LINE[status],
+                    b"content-type: text/plain; charset=utf-8\r\n",
+                    b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body),
+                    body,
+                ]
+            )
+        )
+        self.transport.close()
+        self._disarm()
+
+
+def limited_protocol(limits: HttpLimits) -> type[LimitedHttpToolsProtocol]:
+    """The protocol class uvicorn instantiates per connection, with `limits` fixed."""
+    return type("WebhookHttpProtocol", (LimitedHttpToolsProtocol,), {"limits": limits})

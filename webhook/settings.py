@@ -1,0 +1,68 @@
+"""What `trainguard serve` can set: one frozen Settings value that every server module reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from webhook.engine import default_policies_dir
+from webhook.errors import TrainguardError
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "ServerError", "Settings"]
+
+DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
+
+
+class ServerError(TrainguardError):
+    """The server cannot start: unusable TLS files, options that contradict each other."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything `trainguard serve` can set; `serve(settings)` is the whole server."""
+
+    tls_cert: str
+    tls_key: str
+    host: str = "0.0.0.0"
+    port: int = 8443
+    policies: tuple[str, ...] = ()  # empty: the shipped policies
+    exceptions: tuple[str, ...] = ()  # PolicyException files or directories
+    config: str | None = None  # None: the embedded platform defaults
+    cel: str | None = None  # CEL runtime; None picks cel-expr-python when installed
+    kubeconfig: str | None = None
+    in_cluster: bool = False
+    ca_bundle: str | None = None
+    self_register: bool = False
+    webhook_service: str = "trainguard"
+    webhook_namespace: str = "trainguard-system"
+    webhook_url: str | None = None
+    reload_interval: float = 2.0
+    shutdown_delay: float = 5.0
+    graceful_timeout: float = 10.0  # how long in-flight requests may take once draining starts
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    metrics_sample_every: int = 16
+    log_level: str = "info"
+    audit: bool = False  # keep policy reports of the cluster's workloads (leader-elected writer)
+    report_format: str = "wgpolicy"  # wgpolicy | openreports | both
+    # Isolation and limits (DESIGN §6): per worker process.
+    workers: int = 1
+    max_in_flight: int = 8  # admissions read and decided at once; more wait in a short queue
+    # Admissions waiting for a slot (holding their headers and at most 64 KiB of body each): a
+    # burst is absorbed, a flood past this gets 429 at once.
+    max_queued: int = 128
+    queue_wait: float = 2.0  # seconds an admission may wait for a slot (within its budget) before a 429
+    decision_threads: int = 4  # threads deciding off the event loop
+    header_timeout: float = 10.0  # seconds from connect (or the first byte of a request) to its headers
+    body_timeout: float = 10.0  # seconds to receive a whole body once its headers are in
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 100
+    max_connections: int = 1000  # open connections per worker; uvicorn answers 503 beyond
+    request_budget: float = 4.0  # seconds per admission: below the webhook's timeoutSeconds (5)
+
+    @property
+    def policy_paths(self) -> list[str | Path]:
+        return list(self.policies) or [default_policies_dir()]
+
+    @property
+    def cluster(self) -> bool:
+        return self.kubeconfig is not None or self.in_cluster

@@ -1,0 +1,204 @@
+"""Several worker processes on one listening socket, and the CPU count that sizes them.
+
+The parent builds the server once (policies compiled, TLS loaded: a broken set fails here, before
+any fork), binds the socket, and forks `workers` children that serve it; the kernel hands each
+new connection to a worker that is waiting in accept(), so a worker busy with a slow request
+does not take new connections from the others. The parent only supervises: it forwards SIGTERM
+and SIGINT, replaces a worker that dies (a bounded number of times), and exits once all have
+drained. uvicorn's own multi-process mode re-imports the app by name in spawned children, which
+would compile the policy set once per worker and cannot share a server built from Settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import math
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+from typing import TYPE_CHECKING
+
+from webhook.settings import ServerError, Settings
+
+if TYPE_CHECKING:
+    from webhook.server import WebhookServer
+
+__all__ = ["default_workers", "run"]
+
+log = logging.getLogger("trainguard.server")
+
+_RESTARTS = 5  # per _RESTART_WINDOW seconds; a worker dying faster than that stops the server
+_RESTART_WINDOW = 60.0
+_POLL = 0.1
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def default_workers(cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """Workers for this container: its CPU limit (cgroup v2 cpu.max), else the CPUs it may run on."""
+    cpus = len(os.sched_getaffinity(0))
+    try:
+        with open(os.path.join(cgroup_root, "cpu.max")) as fh:
+            quota, _, period = fh.read().partition(" ")
+        if quota != "max":
+            cpus = min(cpus, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 limit visible: the affinity mask is the limit
+    return max(1, cpus)
+
+
+def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        raise ServerError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _stop_with_parent(parent: int) -> None:
+    """Ask the kernel for SIGTERM when the supervisor dies (a SIGKILL to it must not leave workers
+    serving the port with nobody to stop them); ctypes because the os module has no prctl()."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the request took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def run(server: WebhookServer, settings: Settings) -> int:
+    """Serve with `settings.workers` processes until SIGTERM/SIGINT; 0 when every worker drained."""
+    sock = bind(settings.host, settings.port, server.config.backlog)
+    parent = os.getpid()
+    children: dict[int, int] = {}  # pid -> worker index
+    stopping: list[int] = []  # the signal that asked us to stop, once one did
+
+    def on_signal(sig: int, frame: object) -> None:
+        stopping.append(sig)
+        for pid in children:
+            _signal(pid, sig)
+
+    def start(index: int) -> None:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            code = 1
+            try:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_DFL)  # uvicorn installs its own in run()
+                server.worker = index
+                _stop_with_parent(parent)
+                if server.state.engine is not None:
+                    # A forked worker's metric values start from zero in its own files (multiprocess
+                    # mode): publish its readiness and policy count there.
+                    server.state.install(server.state.engine)
+                for handler in logging.getLogger().handlers:
+                    handler.addFilter(_WorkerField(index))
+                server.run(sockets=[sock])
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                log.exception("worker failed", extra={"worker": index})
+            finally:
+                logging.shutdown()
+                sys.stderr.flush()
+                os._exit(code)  # never return into the parent's code
+        children[pid] = index
+
+    original = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    restarts: list[float] = []
+    failed = False
+    try:
+        for index in range(settings.workers):
+            start(index)
+        log.info("workers started", extra={"workers": settings.workers, "pids": sorted(children)})
+        # Bounded: after a stop signal the workers have shutdown_delay + graceful_timeout to drain.
+        drain_limit = settings.shutdown_delay + settings.graceful_timeout + 5.0
+        stop_at: float | None = None
+        while children:
+            if stopping and stop_at is None:
+                stop_at = time.monotonic() + drain_limit
+            if stop_at is not None and time.monotonic() > stop_at:
+                for pid in children:
+                    _signal(pid, signal.SIGKILL)
+                log.error("workers killed: not drained in time", extra={"pids": sorted(children)})
+                failed = True
+                stop_at = math.inf
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                time.sleep(_POLL)
+                continue
+            if pid not in children:
+                continue
+            index = children.pop(pid)
+            _forget_metrics_of(pid)
+            code = os.waitstatus_to_exitcode(status)
+            if stopping:
+                failed = failed or code != 0
+                continue
+            now = time.monotonic()
+            restarts = [t for t in restarts if now - t < _RESTART_WINDOW] + [now]
+            if len(restarts) > _RESTARTS:
+                log.error("workers keep dying: stopping", extra={"worker": index, "exit": code})
+                failed = True
+                on_signal(signal.SIGTERM, None)
+                continue
+            log.error("worker died: starting another", extra={"worker": index, "exit": code})
+            start(index)
+    finally:
+        for sig, handler in original.items():
+            signal.signal(sig, handler)
+        sock.close()
+    log.info("stopped")
+    return 1 if failed else 0
+
+
+class _WorkerField(logging.Filter):
+    """Every record a worker writes says which worker wrote it (a `worker` field in the JSON line)."""
+
+    def __init__(self, index: int) -> None:
+        super().__init__()
+        self.index = index
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.index
+        return True
+
+
+def shared_metrics_dir() -> str | None:
+    """Point prometheus_client at a fresh directory for the workers' metric files, before it is imported.
+
+    The directory made here is returned (the caller removes it at exit); None when the environment
+    already names one, or when prometheus_client was imported too early to switch (a scrape then
+    reports the worker that answers it, which is logged).
+    """
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return None
+    if "prometheus_client" in sys.modules:
+        log.warning("metrics are per worker: prometheus_client was imported before the workers were set up")
+        return None
+    path = tempfile.mkdtemp(prefix="trainguard-metrics-")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
+    return path
+
+
+def _forget_metrics_of(pid: int) -> None:
+    """A worker's gauges leave with it (its counters stay in the sums)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+def _signal(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # already gone; waitpid() collects it
+        os.kill(pid, sig)
