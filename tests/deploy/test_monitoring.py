@@ -28,7 +28,10 @@ from typing import Any
 import promql_parser
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+
+from webhook.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "trainguard.json"
@@ -190,7 +193,11 @@ def review(uid: str, obj: dict[str, Any]) -> bytes:
 
 
 def send_admissions(server: Server) -> None:
-    """One allowed, one denied, one to each endpoint, and one malformed call (HTTP 400)."""
+    """Allowed and denied reviews to each endpoint, and one malformed call (HTTP 400).
+
+    Twenty rounds: the server times policies on 1 admission in 16, and a series appears on /metrics
+    once it has a sample (the workers' metrics are merged from their files).
+    """
     plain = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -200,10 +207,11 @@ def send_admissions(server: Server) -> None:
     denied = yaml.safe_load(
         (ROOT / "deploy" / "counterexamples" / "bare-torchrun-pod.yaml").read_text("utf-8")
     )
-    for i, obj in enumerate([plain, denied]):
-        for endpoint in ("/mutate", "/validate"):
-            status, body = server.request(endpoint, review(f"uid-{i}", obj))
-            assert status == 200, body[:500]
+    for round_ in range(20):
+        for i, obj in enumerate([plain, denied]):
+            for endpoint in ("/mutate", "/validate"):
+                status, body = server.request(endpoint, review(f"uid-{round_}-{i}", obj))
+                assert status == 200, body[:500]
     verdict = json.loads(server.request("/validate", review("uid-d", denied))[1])
     assert verdict["response"]["allowed"] is False
     assert server.request("/validate", b"{not json")[0] == 400
@@ -216,7 +224,14 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
     try:
         server.wait_ready()
         send_admissions(server)
-        yield server.exported()
+        # A series appears once it has a sample; a counter of rare events (engine errors, reload
+        # failures) may have none yet, so the names the server's registry declares count too.
+        declared = {
+            family.name + suffix
+            for family in Metrics(registry=CollectorRegistry()).registry.collect()
+            for suffix in SUFFIXES.get(family.type, ("",))
+        }
+        yield server.exported() | declared
     finally:
         server.stop()
 
