@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -60,17 +61,31 @@ def test_audit_through_kubectl_reads_the_context_namespace(
     assert json.loads(result.stdout)
 
 
-def test_serve_audit_exports_the_audit_panels_metrics(apiserver: ControlPlane, tmp_path: Path) -> None:
+def test_serve_audit_exports_the_audit_panels_metrics(
+    apiserver: ControlPlane, fresh_namespace: str, tmp_path: Path
+) -> None:
+    """The audit's series appear once its first pass has run (a Pod to decide is there)."""
+    pod = yaml.safe_load(DENIED.read_text("utf-8"))
+    pod["metadata"]["namespace"] = fresh_namespace
+    apiserver.kubectl("create", "-f", "-", input=yaml.safe_dump(pod))
+    # The reports it writes (the real CRDs), and the Lease that elects the writer, in its namespace.
+    apiserver.apply_crds(sorted((ROOT / "tests" / "e2e" / "crds").glob("wgpolicyk8s.io_*.yaml")))
+    lease_namespace = f"tg-lease-{fresh_namespace}"
+    apiserver.kubectl("create", "namespace", lease_namespace)
+    certs = make_certs(tmp_path / "certs")
     server = Server(
-        make_certs(tmp_path / "certs"),
+        certs,
         tmp_path / "serve.log",
-        "--audit",
-        "--kubeconfig",
-        str(apiserver.kubeconfig),
+        *("--audit", "--kubeconfig", str(apiserver.kubeconfig), "--webhook-namespace", lease_namespace),
     )
+    wanted = audit_metric_names()
+    exported: set[str] = set()
     try:
         server.wait_ready()
-        exported = server.exported()
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not wanted <= exported:
+            exported = server.exported()
+            time.sleep(1)
     finally:
         server.stop()
-    assert audit_metric_names() <= exported, sorted(audit_metric_names() - exported)
+    assert wanted <= exported, sorted(wanted - exported)
