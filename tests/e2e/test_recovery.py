@@ -413,8 +413,9 @@ def test_a_workload_short_of_pods_is_released_by_the_bound(setup: Setup, ns: str
 def test_the_standby_replica_takes_over(setup: Setup, ns: str) -> None:
     until(lambda: setup.lease_holder() is not None, 30, "a resume leader", setup)
     holder = setup.lease_holder()
-    # The identity is <host>-<pid>-<random>: the replica whose process holds the Lease leads.
-    leader = next(s for s in setup.servers if s.process is not None and f"-{s.process.pid}-" in str(holder))
+    # The identity is <host>-<pid>-<random>, the pid of the worker process that campaigns: the
+    # replica whose process, or one of its worker processes, holds the Lease leads.
+    leader = next(s for s in setup.servers if s.process is not None and _runs(s.process.pid, str(holder)))
     survivor = next(s for s in setup.servers if s is not leader)
     setup.register(survivor)
     leader.stop()
@@ -432,3 +433,12 @@ def test_the_standby_replica_takes_over(setup: Setup, ns: str) -> None:
     # Only trainguard's gate is lifted: Kueue's stays for Kueue to lift.
     assert pods(setup, ns)["after-0"]["spec"]["schedulingGates"] == [{"name": "kueue.x-k8s.io/admission"}]
     assert "could not lift" not in survivor.log.read_text()
+
+
+def _runs(pid: int, identity: str) -> bool:
+    """Whether `identity` names process `pid` or one of its children (serve's worker processes)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        children = []
+    return any(f"-{p}-" in identity for p in [str(pid), *children])

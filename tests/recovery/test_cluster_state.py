@@ -14,7 +14,9 @@ from webhook.recovery.plan import TierSettings
 def test_a_listed_workload_without_kind_is_read_as_the_resource_says() -> None:
     value = eviction_value("kueue.x-k8s.io/v1beta1", "Workload")
     item = {"metadata": {"name": "wl", "namespace": "ml"}, "status": {"requeueState": {"count": 1}}}
-    ((key, record),) = value(item) or ()
+    records = value(item)
+    assert records is not None
+    ((key, record),) = records
     assert key == "ml/Workload/wl"
     assert record["object"]["apiVersion"] == "kueue.x-k8s.io/v1beta1"
 
