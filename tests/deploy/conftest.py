@@ -8,8 +8,8 @@ from collections.abc import Iterator
 import pytest
 
 from tests.deploy.chart import Helm
-from tests.deploy.tools import BuildError, ensure_helm
-from tests.e2e.binaries import ensure_binaries
+from tests.deploy.tools import ensure_helm
+from tests.e2e.binaries import BuildError, ensure_binaries
 from tests.e2e.controlplane import ControlPlane
 
 

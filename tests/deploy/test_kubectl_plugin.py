@@ -6,7 +6,6 @@ asks kubectl which namespace the chosen context has.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -144,13 +143,3 @@ def test_unknown_command(kubectl: Any) -> None:
     result = kubectl("trainguard", "serve")
     assert result.returncode == 2
     assert "unknown command 'serve'" in result.stderr
-
-
-@pytest.mark.skipif(
-    importlib.util.find_spec("webhook.cli.audit") is not None,
-    reason="this trainguard has the audit command: test_audit_through_kubectl.py runs it",
-)
-def test_audit_without_the_audit_command(kubectl: Any) -> None:
-    result = kubectl("trainguard", "audit")
-    assert result.returncode == 2
-    assert "has no audit command" in result.stderr

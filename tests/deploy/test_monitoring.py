@@ -76,7 +76,7 @@ def parse(expression: str) -> Any:
 
 
 def _selectors(node: Any) -> Iterator[str]:
-    if isinstance(node, promql_parser.VectorSelector):
+    if isinstance(node, promql_parser.VectorSelector) and node.name:
         yield node.name
     for child in ("lhs", "rhs", "expr", "param", "vector_selector"):
         if getattr(node, child, None) is not None:

@@ -20,7 +20,6 @@ entry point, not a subcommand.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -92,9 +91,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _audit(flags: argparse.Namespace, remaining: list[str]) -> int:
-    if importlib.util.find_spec("webhook.cli.audit") is None:
-        print(f"kubectl trainguard: error: trainguard {__version__} has no audit command", file=sys.stderr)
-        return EXIT_ERROR
     scope = (
         ["--all-namespaces"]
         if flags.all_namespaces
