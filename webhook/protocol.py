@@ -10,6 +10,11 @@ request path. So the few limits the webhook needs are added here, on top of uvic
   Content-Length with a withheld body frees its buffer and its admission slot;
 - header bytes and header count: past either, 431 and close, before the headers are handed on.
 
+A refusal is followed by a lingering close (as nginx's `lingering_close`): closing a socket
+while the client's bytes sit unread in the kernel makes the kernel send a reset, and a reset can
+destroy the refusal before the client has read it; a client still trickling headers always has
+such bytes in flight. So the connection keeps reading, and discarding, for LINGER_SECONDS.
+
 Everything else (parsing, flow control, keep-alive, pipelining, drain) is uvicorn's.
 """
 
@@ -21,7 +26,9 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-__all__ = ["HttpLimits", "limited_protocol"]
+__all__ = ["LINGER_SECONDS", "HttpLimits", "limited_protocol"]
+
+LINGER_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +54,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._header_size = 0  # of the headers parsed so far (a chunk may hold body bytes too)
         self._refusal: tuple[int, str] | None = None
+        self._lingering = False  # refused: what the client still sends is read and dropped
 
     # -- the connection -------------------------------------------------------------------------
 
@@ -59,6 +67,8 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         if self._in_headers:
             self._header_bytes += len(data)
         super().data_received(data)
@@ -140,8 +150,13 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
                 ]
             )
         )
-        self.transport.close()
         self._disarm()
+        self._lingering = True
+        self.loop.call_later(LINGER_SECONDS, self._close)
+
+    def _close(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 def limited_protocol(limits: HttpLimits) -> type[LimitedHttpToolsProtocol]:
