@@ -13,13 +13,16 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-from tests.e2e.binaries import BuildError, cache_root, find_go, required_version
+from tests.e2e.binaries import (
+    acquire_build_lock,
+    cache_root,
+    find_go,
+    go_build,
+    required_version,
+    up_to_date,
+)
 
 HELM_MODULE_DIR = Path(__file__).resolve().parent / "go" / "helm"
 HELM_MODULE = "helm.sh/helm/v3"
@@ -64,82 +67,37 @@ def ensure_helm(*, timeout: float | None = None) -> Path:
     binary = directory / "helm"
     stamp = _stamp(version)
     with (directory / ".build.lock").open("a+") as lock:
-        _acquire(lock.fileno(), timeout)
+        acquire_build_lock(lock.fileno(), timeout)
         try:
-            if not _up_to_date(binary, stamp):
+            if not up_to_date(binary, stamp):
                 _build(version, binary, stamp, timeout)
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
     return binary
 
 
-def _up_to_date(binary: Path, stamp: str) -> bool:
-    stamp_file = binary.with_name("helm.stamp")
-    return (
-        binary.is_file()
-        and os.access(binary, os.X_OK)
-        and stamp_file.is_file()
-        and stamp_file.read_text(encoding="utf-8").strip() == stamp
-    )
-
-
 def _build(version: str, binary: Path, stamp: str, timeout: float) -> None:
-    partial = binary.with_name(f".helm.partial-{os.getpid()}")
-    log = binary.with_name("helm.build.log")
-    print(f"building helm {version} into {binary.parent} (first use only)...", file=sys.stderr, flush=True)
-    jobs = max(1, min(os.cpu_count() or 1, 4))
     env = {**os.environ, **_ENV}
-    env["GOFLAGS"] += f" -p={jobs}"
-    command = [
-        find_go(),
-        "build",
-        "-trimpath",
-        "-ldflags",
-        _ldflags(version),
-        "-o",
-        str(partial),
-        HELM_PACKAGE,
-    ]
-    started = time.monotonic()
-    with log.open("w", encoding="utf-8") as log_file:
-        # Its own session, so that a timeout or an interrupt stops the compiler children too.
-        process = subprocess.Popen(
-            command,
-            cwd=HELM_MODULE_DIR,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            returncode = process.wait(timeout=timeout)
-        except BaseException as exc:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-            partial.unlink(missing_ok=True)
-            if isinstance(exc, subprocess.TimeoutExpired):
-                raise BuildError(f"building helm {version} took longer than {timeout:.0f} s") from exc
-            raise
-    if returncode != 0:
-        partial.unlink(missing_ok=True)
-        tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:])
-        raise BuildError(f"building helm {version} failed (exit {returncode}); log in {log}:\n{tail}")
-    os.replace(partial, binary)
-    binary.with_name("helm.stamp").write_text(stamp + "\n", encoding="utf-8")
-    print(f"built helm {version} in {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-
-
-def _acquire(fd: int, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise BuildError(f"waited {timeout:.0f} s for another process's helm build") from None
-            time.sleep(1.0)
+    env["GOFLAGS"] += f" -p={max(1, min(os.cpu_count() or 1, 4))}"
+    go_build(
+        f"helm {version}",
+        lambda partial: [
+            find_go(),
+            "build",
+            "-trimpath",
+            "-ldflags",
+            _ldflags(version),
+            "-o",
+            str(partial),
+            HELM_PACKAGE,
+        ],
+        module_dir=HELM_MODULE_DIR,
+        env=env,
+        binary=binary,
+        stamp=stamp,
+        timeout=timeout,
+        note="first use only",
+    )
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,7 +173,7 @@ def _build_env_key() -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(_BUILD_SETTINGS.items()))
 
 
-def _up_to_date(binary: Path, stamp: str) -> bool:
+def up_to_date(binary: Path, stamp: str) -> bool:
     stamp_file = binary.with_name(binary.name + ".stamp")
     return (
         binary.is_file()
@@ -183,21 +184,42 @@ def _up_to_date(binary: Path, stamp: str) -> bool:
 
 
 def _build_one(build: _Build, go: str, binary: Path, stamp: str, timeout: float) -> None:
+    go_build(
+        f"{build.name} {build.version}",
+        lambda partial: build.command(go, partial),
+        module_dir=build.module_dir,
+        env=_build_env(),
+        binary=binary,
+        stamp=stamp,
+        timeout=timeout,
+        note="not cached yet; with an empty Go build cache this takes 10-20 minutes on 2 cores",
+    )
+
+
+def go_build(
+    what: str,
+    command: Callable[[Path], list[str]],
+    *,
+    module_dir: Path,
+    env: dict[str, str],
+    binary: Path,
+    stamp: str,
+    timeout: float,
+    note: str,
+) -> None:
+    """Run `command(partial)` (a `go build -o partial` in `module_dir`), then move the partial file
+    to `binary` and write its stamp; a failure or timeout leaves neither behind and raises
+    BuildError. Shared by every binary the tests build from Go modules (kube-apiserver, etcd, helm)."""
     partial = binary.with_name(f".{binary.name}.partial-{os.getpid()}")
     log = binary.with_name(binary.name + ".build.log")
-    print(
-        f"building {build.name} {build.version} into {binary.parent} "
-        "(not cached yet; with an empty Go build cache this takes 10-20 minutes on 2 cores)...",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"building {what} into {binary.parent} ({note})...", file=sys.stderr, flush=True)
     started = time.monotonic()
     with log.open("w", encoding="utf-8") as log_file:
         # A session of its own, so that a timeout or an interrupt stops the compiler children too.
         process = subprocess.Popen(
-            build.command(go, partial),
-            cwd=build.module_dir,
-            env=_build_env(),
+            command(partial),
+            cwd=module_dir,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log_file,
             stderr=subprocess.STDOUT,
@@ -210,20 +232,16 @@ def _build_one(build: _Build, go: str, binary: Path, stamp: str, timeout: float)
             process.wait()
             partial.unlink(missing_ok=True)
             if isinstance(exc, subprocess.TimeoutExpired):
-                raise BuildError(
-                    f"building {build.name} {build.version} took longer than {timeout:.0f} s"
-                ) from exc
+                raise BuildError(f"building {what} took longer than {timeout:.0f} s") from exc
             raise
     if returncode != 0:
         partial.unlink(missing_ok=True)
         tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-40:])
-        raise BuildError(
-            f"building {build.name} {build.version} failed (exit {returncode}); full log in {log}:\n{tail}"
-        )
+        raise BuildError(f"building {what} failed (exit {returncode}); full log in {log}:\n{tail}")
     os.replace(partial, binary)
     binary.with_name(binary.name + ".stamp").write_text(stamp + "\n", encoding="utf-8")
     elapsed = time.monotonic() - started
-    print(f"built {build.name} {build.version} in {elapsed:.0f} s", file=sys.stderr, flush=True)
+    print(f"built {what} in {elapsed:.0f} s", file=sys.stderr, flush=True)
 
 
 def ensure_binaries(*, timeout: float | None = None) -> Binaries:
@@ -239,11 +257,11 @@ def ensure_binaries(*, timeout: float | None = None) -> Binaries:
     paths = {build.name: directory / build.name for build in builds}
 
     with (directory / LOCK_FILE).open("a+") as lock:
-        _acquire(lock.fileno(), timeout * len(builds))
+        acquire_build_lock(lock.fileno(), timeout * len(builds))
         try:
             for build in builds:
                 stamp = build.stamp()
-                if not _up_to_date(paths[build.name], stamp):
+                if not up_to_date(paths[build.name], stamp):
                     _build_one(build, find_go(), paths[build.name], stamp, timeout)
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
@@ -255,7 +273,7 @@ def ensure_binaries(*, timeout: float | None = None) -> Binaries:
     )
 
 
-def _acquire(fd: int, timeout: float) -> None:
+def acquire_build_lock(fd: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     announced = False
     while True:
@@ -266,7 +284,7 @@ def _acquire(fd: int, timeout: float) -> None:
             if time.monotonic() > deadline:
                 raise BuildError(f"waited {timeout:.0f} s for another process's build lock") from None
             if not announced:
-                print("waiting for another process to finish building the e2e binaries...", file=sys.stderr)
+                print("waiting for another process to finish its build...", file=sys.stderr)
                 announced = True
             time.sleep(1.0)
 
