@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import logging
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +17,16 @@ import httpx
 import orjson
 import pytest
 
-from tests.test_server_tls import client_context, metric, running, settings_for, url, validate, wait_for
+from tests.test_server_tls import (
+    client_context,
+    metric,
+    pod_files,
+    running,
+    settings_for,
+    url,
+    validate,
+    wait_for,
+)
 from webhook import certs, logs
 from webhook.cli import main as cli_main
 from webhook.engine import default_policies_dir
@@ -46,11 +54,7 @@ def ca() -> tuple[bytes, bytes]:
 
 @pytest.fixture
 def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    (tmp_path / "certs").mkdir()
-    (tmp_path / "certs" / "ca.crt").write_bytes(ca[0])
-    (tmp_path / "certs" / "ca.key").write_bytes(ca[1])
-    certs.write_bundle(tmp_path / "certs", hosts=["127.0.0.1", "localhost"], days=2)
-    shutil.copytree(default_policies_dir(), tmp_path / "policies")
+    pod_files(tmp_path, ca)
     return tmp_path
 
 

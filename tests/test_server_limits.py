@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import select
-import shutil
 import signal
 import socket
 import ssl
@@ -36,6 +35,7 @@ from tests.test_server_tls import (
     WAIT,
     client_context,
     denied_by_gang,
+    pod_files,
     read_response,
     running,
     settings_for,
@@ -43,7 +43,6 @@ from tests.test_server_tls import (
     wait_for,
 )
 from webhook import certs
-from webhook.engine import default_policies_dir
 from webhook.server import WebhookServer
 
 SLOW_POLICY = """\
@@ -87,11 +86,7 @@ def ca() -> tuple[bytes, bytes]:
 
 @pytest.fixture
 def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    (tmp_path / "certs").mkdir()
-    (tmp_path / "certs" / "ca.crt").write_bytes(ca[0])
-    (tmp_path / "certs" / "ca.key").write_bytes(ca[1])
-    certs.write_bundle(tmp_path / "certs", hosts=["127.0.0.1", "localhost"], days=2)
-    shutil.copytree(default_policies_dir(), tmp_path / "policies")
+    pod_files(tmp_path, ca)
     (tmp_path / "slow").mkdir()
     (tmp_path / "slow" / "slow.yaml").write_text(SLOW_POLICY)
     return tmp_path

@@ -96,8 +96,7 @@ def ca() -> tuple[bytes, bytes]:
     return certs.make_ca()
 
 
-@pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
+def pod_files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
     """A directory as the pod sees it: certs/{ca.crt,ca.key,tls.crt,tls.key} and policies/."""
     (tmp_path / "certs").mkdir()
     (tmp_path / "certs" / "ca.crt").write_bytes(ca[0])
@@ -105,6 +104,11 @@ def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
     certs.write_bundle(tmp_path / "certs", hosts=["127.0.0.1", "localhost"], days=2)
     shutil.copytree(default_policies_dir(), tmp_path / "policies")
     return tmp_path
+
+
+@pytest.fixture
+def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
+    return pod_files(tmp_path, ca)
 
 
 def settings_for(files: Path, **overrides: Any) -> Settings:
