@@ -193,6 +193,50 @@ def test_malformed_review_is_a_review_error_naming_the_field(body: bytes, field:
         assert f"field {field}" in described
 
 
+# -- nesting, checked on the text --------------------------------------------------------------------
+
+
+def _lists(depth: int, inner: bytes = b"1") -> bytes:
+    return b"[" * depth + inner + b"]" * depth
+
+
+def _alternating(depth: int) -> bytes:
+    opens = b"".join(b'{"k":' if i % 2 else b"[" for i in range(depth))
+    closes = b"".join(b"}" if i % 2 else b"]" for i in reversed(range(depth)))
+    return opens + b"1" + closes
+
+
+DEPTHS = [
+    pytest.param(_lists(review.MAX_DEPTH), True, id="lists-at-the-limit"),
+    pytest.param(_lists(review.MAX_DEPTH + 1), False, id="lists-one-past-the-limit"),
+    pytest.param(_alternating(review.MAX_DEPTH), True, id="maps-and-lists-alternating-at-the-limit"),
+    pytest.param(_alternating(review.MAX_DEPTH + 1), False, id="maps-and-lists-alternating-one-past"),
+    pytest.param(_lists(review.MAX_DEPTH - 1, b"[]"), True, id="empty-list-innermost-at-the-limit"),
+    pytest.param(_lists(review.MAX_DEPTH, b"{}"), False, id="empty-map-innermost-one-past"),
+    pytest.param(b'{"a":"' + b"[" * 500 + b'"}', True, id="brackets-inside-a-string"),
+    pytest.param(rb'{"a":"x\"[[[[\\","b":' + _lists(3) + b"}", True, id="escaped-quotes-in-a-string"),
+    pytest.param(b"[" + b"[1]," * 5000 + b"[1]]", True, id="wide-and-shallow"),
+]
+
+
+@pytest.mark.parametrize(("body", "accepted"), DEPTHS)
+def test_nesting_is_checked_on_the_text_as_on_the_value(body: bytes, accepted: bool) -> None:
+    """loads() bounds the depth on the raw text; the walk over a decoded value agrees with it."""
+    value = orjson.loads(body)
+    walked = True
+    try:
+        review._check_depth(value)
+    except ReviewError:
+        walked = False
+    try:
+        review.loads(body)
+        texted = True
+    except ReviewError as exc:
+        assert "nested deeper than 100 levels" in exc.describe()
+        texted = False
+    assert (texted, walked) == (accepted, accepted)
+
+
 # -- build_response -------------------------------------------------------------------------------
 
 

@@ -49,26 +49,43 @@ def parse_request(body: bytes) -> ParsedReview:
     return parse_review(loads(body))
 
 
-def loads(body: bytes) -> Any:
-    """The JSON value of `body` (orjson refuses nesting past 1024 levels itself)."""
+class Decoded:
+    """A decoded body whose nesting is already checked (parse_review() need not walk it again)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def loads(body: bytes) -> Decoded:
+    """The JSON value of `body`, its nesting checked on the text (orjson refuses past 1024 levels)."""
     try:
-        return orjson.loads(body)
+        value = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise _fail(f"malformed JSON: {exc}") from None
     except MemoryError:
         raise _fail("body too large to decode") from None
+    _check_text_depth(body)
+    return Decoded(value)
 
 
 def peek_uid(review: Any) -> str:
     """request.uid when it is there (to answer a review whose decision is late), else ""."""
+    if isinstance(review, Decoded):
+        review = review.value
     request = review.get("request") if isinstance(review, dict) else None
     uid = request.get("uid") if isinstance(request, dict) else None
     return uid if isinstance(uid, str) and len(uid) <= MAX_UID_LENGTH else ""
 
 
 def parse_review(review: Any) -> ParsedReview:
-    """Check a decoded AdmissionReview: its depth first, then the request fields the engine reads."""
-    _check_depth(review)
+    """Check a decoded AdmissionReview: its depth first (done by loads() on the text), then the
+    request fields the engine reads."""
+    if isinstance(review, Decoded):
+        review = review.value
+    else:
+        _check_depth(review)
     if not isinstance(review, dict):
         raise _fail(f"expected a JSON object, got {type(review).__name__}")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
@@ -141,6 +158,33 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+# Every bracket of JSON text becomes "[" or "]"; everything else is dropped.
+_AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _check_text_depth(body: bytes) -> None:
+    """ReviewError when the containers of JSON text orjson has accepted nest deeper than MAX_DEPTH.
+
+    The bound _check_depth() puts on a decoded value, computed with bytes methods (C speed):
+    walking a decoded 12 KB review in Python costs about 0.25 ms, a third of a decision.
+    Strings go first. Backslashes come in escape pairs (`\\\\` dropped first, then `\\"`), so
+    what remains of `"` delimits strings, and every other part of the split is outside them.
+    Only brackets are kept, all of one kind; each round removes the innermost pairs present at
+    its start (bytes.replace does not match what its own removals join), so the rounds needed
+    are the depth. At most MAX_DEPTH rounds, each on a shorter text than the one before.
+    """
+    if b"\\" in body:  # a search is much cheaper than the two copies
+        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(body.split(b'"')[::2]).translate(_AS_BRACKETS, _NOT_BRACKETS)
+    for _ in range(MAX_DEPTH):
+        if not brackets:
+            return
+        brackets = brackets.replace(b"[]", b"")
+    if brackets:
+        raise _fail(f"nested deeper than {MAX_DEPTH} levels")
+
+
 def _check_depth(value: Any) -> None:
     """ReviewError when containers nest deeper than MAX_DEPTH (iterative: no recursion here).
 
@@ -154,7 +198,7 @@ def _check_depth(value: Any) -> None:
         node, depth = pop()
         children = node.values() if isinstance(node, dict) else node
         for child in children:
-            if isinstance(child, dict | list) and child:
+            if isinstance(child, dict | list):
                 if depth >= MAX_DEPTH:
                     raise _fail(f"nested deeper than {MAX_DEPTH} levels")
                 push((child, depth + 1))
