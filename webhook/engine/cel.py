@@ -164,18 +164,23 @@ class CppBackend:
     def activation(self, data: Mapping[str, Any], constants: Any = None) -> Any:
         return self._env.Activation({**constants, **data} if constants else dict(data))
 
-    def compile_with_variables(self, variables: Sequence[tuple[str, str]], body: str) -> Program | None:
-        """`body` with the policy's variables computed inside the same expression, or None.
+    def compile_folded(
+        self, conditions: Sequence[str], variables: Sequence[tuple[str, str]], body: str
+    ) -> Program | None:
+        """A policy's whole evaluation as one program, or None when it cannot be written as one.
 
-        The runtime converts a Python value to CEL on its first use in an activation, and the
-        conversion (about a microsecond per node of the workload view) costs more than most
-        evaluations. Binding `variables` with an activation per variable, as the generic path
-        does, converts everything again each time; here every variable is bound with cel.bind
-        (in order, each seeing the ones before it, as in the generic path) so that one activation
-        serves a whole request. Each value is dyn(), so that `variables` type-checks as the
-        dynamic map it is on the generic path. cel.bind is lazy: the result is
-        `[variables.size(), body]`, whose first item forces every variable, so a variable that
-        fails makes the whole result fail.
+        Each evaluation pays a few microseconds of the runtime's own overhead and, on the first
+        evaluation of an activation, the conversion of what it reads; evaluating a policy's
+        conditions, variables and checks one by one pays the overhead for each and, binding
+        `variables` with an activation per variable, the conversion again each time. The program
+        is `c1 ? (c2 ? … : []) : []` over the matchConditions (in order, each evaluated only when
+        the ones before it held, and an error where a condition is not a bool), then `body` with
+        every variable bound by cel.bind (in order, each seeing the ones before it, each dyn() so
+        that `variables` type-checks as the dynamic map it is on the generic path). It returns
+        [] when a condition is false, else `[variables.size(), body]` (`[0, body]` without
+        variables): cel.bind is lazy and the first item forces every variable, so that a
+        variable that fails makes the whole result fail, as it does on the generic path.
+        Conditions stay outside the binding: they do not see the variables there either.
 
         Only the engine's own rewriting uses cel.bind (a separate environment): policies cannot.
         """
@@ -188,12 +193,14 @@ class CppBackend:
                 variables=dict.fromkeys(VARIABLES, self._cel.Type.DYN),
                 extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
             )
-        source = "[variables.size(), (\n" + body + "\n)]"
+        source = ("[variables.size(), (\n" if variables else "[0, (\n") + body + "\n)]"
         for i in range(len(variables) - 1, -1, -1):
             name, expression = variables[i]
             earlier = ", ".join(f'"{n}": variables.{n}' for n, _ in variables[:i])
             entries = (earlier + ", " if earlier else "") + f'"{name}": dyn(\n{expression}\n)'
             source = f"cel.bind(variables, {{{entries}}}, {source})"
+        for condition in reversed(conditions):
+            source = f"(\n{condition}\n) ? ({source}) : []"
         try:
             expr = self._bind_env.compile(source)
         except RuntimeError:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from webhook.engine.cel import Backend, CelCompileError, Program, make_backend
 from webhook.engine.load import default_policies_dir, load_policies
@@ -28,69 +27,58 @@ class CompiledValidation:
 
 
 @dataclass(frozen=True, slots=True)
-class Bound:
-    """A policy's expressions with its variables bound inside each (see compile_with_variables).
+class Folded:
+    """A policy's whole evaluation as one program per phase (see CppBackend.compile_folded).
 
-    `validations`/`mutations` evaluate to [n, [value of each expression, in order]]; messages and
-    fields are the validations' messageExpression/fieldExpression programs (None where absent).
+    Each returns [] when a matchCondition is false, else [n, values] with one value per
+    validation (`[]` where it holds; `[message, field]` where it fails, each the value of its
+    messageExpression / fieldExpression, null where there is none) or per mutation (its edits).
     """
 
     validations: Program | None
-    messages: tuple[Program | None, ...]
-    fields: tuple[Program | None, ...]
     mutations: Program | None
 
 
-def _bind(policy: Policy, backend: Backend) -> Bound | None:
-    """The policy's bound programs, None when it has no variables or the backend cannot bind."""
-    compile_with_variables = getattr(backend, "compile_with_variables", None)
-    if compile_with_variables is None or not policy.variables:
+def _fold(policy: Policy, backend: Backend) -> Folded | None:
+    """The policy's folded programs, None when the backend cannot fold (or this policy)."""
+    compile_folded = getattr(backend, "compile_folded", None)
+    if compile_folded is None:
         return None
+    conditions = [m.expression.source for m in policy.match_conditions]
     variables = [(v.name, v.expression.source) for v in policy.variables]
 
-    def bound(source: str) -> Program:
-        program: Program | None = compile_with_variables(variables, source)
+    def folded(body: str) -> Program:
+        program: Program | None = compile_folded(conditions, variables, body)
         if program is None:
             raise _NoFastPath
         return program
 
-    def optional(expression: Expression | None) -> Program | None:
-        return _Value(bound(expression.source)) if expression is not None else None
+    def optional(expression: Expression | None) -> str:
+        return f"(\n{expression.source}\n)" if expression is not None else "null"
 
     try:
         validations = mutations = None
         if policy.validations:
-            validations = bound(
-                "[" + ", ".join(f"(\n{v.expression.source}\n)" for v in policy.validations) + "]"
+            validations = folded(
+                "["
+                + ", ".join(
+                    f"(\n{v.expression.source}\n) ? [] : "
+                    f"[{optional(v.message_expression)}, {optional(v.field_expression)}]"
+                    for v in policy.validations
+                )
+                + "]"
             )
         if policy.mutations:
-            mutations = bound(
+            mutations = folded(
                 "[" + ", ".join(f"(\n{m.patch_expression.source}\n)" for m in policy.mutations) + "]"
             )
-        return Bound(
-            validations=validations,
-            messages=tuple(optional(v.message_expression) for v in policy.validations),
-            fields=tuple(optional(v.field_expression) for v in policy.validations),
-            mutations=mutations,
-        )
+        return Folded(validations=validations, mutations=mutations)
     except Exception:  # _NoFastPath, or anything the rewriting trips on: the generic path serves
         return None
 
 
 class _NoFastPath(Exception):
     pass
-
-
-class _Value:
-    """A bound program of one expression: its value (the second item of what it returns)."""
-
-    __slots__ = ("_program",)
-
-    def __init__(self, program: Program) -> None:
-        self._program = program
-
-    def evaluate(self, activation: Any) -> Any:
-        return self._program.evaluate(activation)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +88,7 @@ class CompiledPolicy:
     variables: tuple[tuple[str, Program], ...]
     validations: tuple[CompiledValidation, ...]
     mutations: tuple[tuple[str, Program], ...]
-    bound: Bound | None = None  # the fast path of a policy with variables (see Bound)
+    folded: Folded | None = None  # the fast path: one evaluation per policy (see Folded)
 
     @property
     def name(self) -> str:
@@ -158,7 +146,7 @@ def compile_policy(backend: Backend, policy: Policy) -> CompiledPolicy:
             for v in policy.validations
         ),
         mutations=tuple((m.name, c(m.patch_expression)) for m in policy.mutations),
-        bound=_bind(policy, backend),
+        folded=_fold(policy, backend),
     )
 
 

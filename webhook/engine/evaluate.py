@@ -6,7 +6,6 @@ decide.py turns into deny or allow according to the policy's failurePolicy.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from webhook.engine.cel import Backend, CelEvalError, Program
@@ -65,19 +64,24 @@ def _conditions_met(cp: CompiledPolicy, bindings: Bindings) -> bool:
     return True
 
 
-def _bound_values(program: Program | None, bindings: Bindings, count: int) -> list[Any] | None:
-    """The values of a policy's expressions through its bound program; None: take the generic
-    path (no bound program, or an evaluation error, which the generic path attributes exactly)."""
+def _folded(program: Program | None, bindings: Bindings, count: int) -> list[Any] | None:
+    """A folded program's values (compile.Folded): [] when a condition is false, else one value per
+    expression; None: take the generic path (no folded program, or an evaluation error, which the
+    generic path attributes exactly to the condition, variable or expression that failed)."""
     if program is None:
         return None
     try:
         result = program.evaluate(bindings.activation())
     except Exception:
         return None
-    if not (isinstance(result, list) and len(result) == 2 and isinstance(result[1], list)):
+    if type(result) is not list:
         return None
-    values: list[Any] = result[1]
-    return values if len(values) == count else None
+    if not result:
+        return result
+    if len(result) != 2:
+        return None
+    values = result[1]
+    return values if type(values) is list and len(values) == count else None
 
 
 def _with_variables(cp: CompiledPolicy, bindings: Bindings) -> Any:
@@ -93,44 +97,31 @@ def _with_variables(cp: CompiledPolicy, bindings: Bindings) -> Any:
 
 
 def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
+    folded = cp.folded
+    verdicts = _folded(folded.validations if folded else None, bindings, len(cp.validations))
+    if verdicts is not None:
+        return _folded_result(cp, verdicts)
     try:
-        bound = cp.bound
         if not _conditions_met(cp, bindings):
-            return PolicyResult(cp.name, "skip", ("matchConditions not met",))
-        checks = _bound_values(bound.validations if bound else None, bindings, len(cp.validations))
-        if bound is not None and checks is not None:
-            # The variables are bound inside each program: the request's one activation serves.
-            activation = bindings.activation()
-            message_programs: Sequence[Program | None] = bound.messages
-            field_programs: Sequence[Program | None] = bound.fields
-        else:
-            activation = _with_variables(cp, bindings)
-            message_programs = [v.message_program for v in cp.validations]
-            field_programs = [v.field_program for v in cp.validations]
+            return _unmet(cp.name)
+        activation = _with_variables(cp, bindings)
         messages: list[str] = []
         fields: list[str] = []
         reasons: list[str] = []
         for i, v in enumerate(cp.validations):
-            ok = (
-                checks[i]
-                if checks is not None
-                else _eval(v.check, activation, f"validations[{i}].expression")
-            )
+            ok = _eval(v.check, activation, f"validations[{i}].expression")
             if ok is True:
                 continue
             if ok is not False:
                 raise _Failed(f"validations[{i}].expression", f"must be a bool, got {ok!r}")
             message = v.message or ""
-            message_program = message_programs[i]
-            if message_program is not None:
-                value = _eval(message_program, activation, f"validations[{i}].messageExpression")
-                if isinstance(value, str) and value.strip():
-                    message = value  # VAP semantics: an empty messageExpression falls back
+            if v.message_program is not None:
+                value = _eval(v.message_program, activation, f"validations[{i}].messageExpression")
+                message = _message(value, message)
             field = v.field
-            field_program = field_programs[i]
-            if field_program is not None:
-                value = _eval(field_program, activation, f"validations[{i}].fieldExpression")
-                field = value if isinstance(value, str) and value else field
+            if v.field_program is not None:
+                value = _eval(v.field_program, activation, f"validations[{i}].fieldExpression")
+                field = _field(value, field)
             messages.append(message)
             fields.append(field or "")
             reasons.append(v.reason)
@@ -141,12 +132,47 @@ def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
         return PolicyResult(cp.name, "error", (f"{exc.where}: {exc.error}",))
 
 
+def _folded_result(cp: CompiledPolicy, verdicts: list[Any]) -> PolicyResult:
+    """The PolicyResult of a folded program's values: what the generic path concludes from the same
+    values (every expression evaluated without error)."""
+    if not verdicts:
+        return _unmet(cp.name)
+    messages: list[str] = []
+    fields: list[str] = []
+    reasons: list[str] = []
+    for v, verdict in zip(cp.validations, verdicts, strict=True):
+        if not verdict:
+            continue
+        message, field = verdict
+        messages.append(_message(message, v.message or "") if v.message_program else v.message or "")
+        fields.append((_field(field, v.field) if v.field_program else v.field) or "")
+        reasons.append(v.reason)
+    if not messages:
+        return PolicyResult(cp.name, "pass")
+    return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields), reasons=tuple(reasons))
+
+
+def _unmet(name: str) -> PolicyResult:
+    return PolicyResult(name, "skip", ("matchConditions not met",))
+
+
+def _message(value: Any, static: str) -> str:
+    # VAP semantics: an empty (or non-string) messageExpression falls back to `message`
+    return value if isinstance(value, str) and value.strip() else static
+
+
+def _field(value: Any, static: str | None) -> str | None:
+    return value if isinstance(value, str) and value else static
+
+
 def mutate(cp: CompiledPolicy, bindings: Bindings, patcher: Patcher) -> PolicyResult:
+    folded = cp.folded
+    values = _folded(folded.mutations if folded else None, bindings, len(cp.mutations))
+    if values is not None and not values:
+        return _unmet(cp.name)
     try:
-        bound = cp.bound
-        if not _conditions_met(cp, bindings):
-            return PolicyResult(cp.name, "skip", ("matchConditions not met",))
-        values = _bound_values(bound.mutations if bound else None, bindings, len(cp.mutations))
+        if values is None and not _conditions_met(cp, bindings):
+            return _unmet(cp.name)
         activation = None if values is not None else _with_variables(cp, bindings)
         # Evaluate every expression before touching the object, and roll back a policy whose
         # edits do not apply: a policy's edits land whole or not at all.
