@@ -50,5 +50,18 @@ class Environ:
         return dict(self.items(meter))
 
     def pet(self, meter: Meter) -> dict[str, str | None]:
-        """The PET_* entries: all that torch reads from its environment."""
-        return {k: v for k, v in self.items(meter) if k.startswith("PET_")}
+        """The PET_* entries: all that torch reads from its environment (in items() order, charged
+        alike). Written out rather than filtering items(): every launch found calls this, over a
+        container env of tens of names of which few are PET_*, and the generator's three
+        membership tests per name cost more than the rest of the parse."""
+        sets, base = self._sets, self._base
+        out = {k: v for k, v in sets.items() if k.startswith("PET_")}
+        if self._cleared:
+            return out
+        names = base if self._exported is None else self._exported
+        meter.charge(len(names))
+        unset = self._unset
+        for name in names:
+            if name.startswith("PET_") and name in base and name not in sets and name not in unset:
+                out[name] = base[name]
+        return out

@@ -201,9 +201,18 @@ class Values:
     argv_unknown: bool = False
 
 
+# How argparse reads a word depends only on the word and the launcher's option table, and the same
+# launch lines come back with every pod of a job: words are remembered per launcher, short ones
+# only and a bounded number of them (then the rest are classified each time, as before).
+_CLASSIFIED: dict[str, dict[str, _Classified]] = {k: {} for k in _OPTION_MAPS}
+_MAX_CLASSIFIED = 4096
+_MAX_CLASSIFIED_WORD = 256
+
+
 def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) -> None:
     """torch's parser over argv; raises TorchExit where torch exits."""
     options, prefixes = _OPTION_MAPS[launcher], _PREFIX_MAPS[launcher]
+    known = _CLASSIFIED[launcher]
     classified: list[_Classified] = []
     for k, word in enumerate(argv):
         meter.charge(1 + len(word))  # classifying reads the word a fixed number of times
@@ -211,7 +220,12 @@ def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) ->
             classified.append(("-", None, "", None))
             classified.extend(("A", None, "", None) for _ in argv[k + 1 :])
             break
-        classified.append(_classify(word, options, prefixes))
+        reading = known.get(word)
+        if reading is None:
+            reading = _classify(word, options, prefixes)
+            if len(word) <= _MAX_CLASSIFIED_WORD and len(known) < _MAX_CLASSIFIED:
+                known[word] = reading
+        classified.append(reading)
 
     def store(opt: _Opt, value: str | bool) -> None:
         out.values[opt.dest] = (value, "flag")
