@@ -189,3 +189,32 @@ def test_nested_lists_from_map_are_flattened() -> None:
 def test_writing_below_a_scalar_is_an_error() -> None:
     with pytest.raises(EditError, match="not an object"):
         apply_edits({"metadata": "x"}, [{"op": "set", "path": "/metadata/labels/a", "value": "b"}])
+
+
+@pytest.mark.parametrize(
+    ("env", "expected_ops"),
+    [
+        pytest.param(
+            ["not-a-map", {"name": "B", "value": "1"}, 7],
+            [{"op": "replace", "path": "/env/1", "value": {"name": "B", "value": "2"}}],
+            id="items-that-are-not-maps-are-passed-over",
+        ),
+        pytest.param(
+            [{"value": "x"}, {"name": "B", "value": "1"}, {"name": "B", "value": "0"}],
+            [{"op": "replace", "path": "/env/1", "value": {"name": "B", "value": "2"}}],
+            id="the-first-item-with-the-key-is-replaced",
+        ),
+        pytest.param([{"name": "B", "value": "2"}], [], id="an-equal-item-is-left-alone"),
+        pytest.param(
+            [None, {"name": "A"}],
+            [{"op": "add", "path": "/env/-", "value": {"name": "B", "value": "2"}}],
+            id="no-item-with-the-key-appends",
+        ),
+    ],
+)
+def test_upsert_finds_the_item_by_key(env: list[Any], expected_ops: list[Any]) -> None:
+    edit = {"op": "upsert", "path": "/env", "key": "name", "value": {"name": "B", "value": "2"}}
+    obj = {"env": env}
+    mutated, ops = apply_edits(obj, [edit])
+    assert ops == expected_ops
+    assert jsonpatch.apply_patch(copy.deepcopy(obj), ops) == mutated

@@ -21,6 +21,7 @@ The incoming object is never modified: containers on a written path are shallow-
 
 from __future__ import annotations
 
+from itertools import repeat
 from typing import Any
 
 from webhook.fields import escape as escape
@@ -204,16 +205,16 @@ class Patcher:
         if not isinstance(key, str) or not isinstance(value, dict) or key not in value:
             raise EditError(f"upsert at {to_pointer(tokens)} needs a key and a map value holding it")
         found, current = self._get(tokens)
-        if found and isinstance(current, list):
-            for i, item in enumerate(current):
-                if isinstance(item, dict) and item.get(key) == value[key]:
-                    if item != value:
-                        self._writable(tokens)[i] = value
-                        self.ops.append(
-                            {"op": "replace", "path": to_pointer([*tokens, str(i)]), "value": value}
-                        )
-                    return
-        self._append(tokens, value)
+        if not (found and isinstance(current, list)):
+            self._append(tokens, value)
+            return
+        i = _first(current, key, value[key])
+        if i is None:
+            self._writable(tokens).append(value)
+            self.ops.append({"op": "add", "path": to_pointer(tokens) + "/-", "value": value})
+        elif current[i] != value:
+            self._writable(tokens)[i] = value
+            self.ops.append({"op": "replace", "path": to_pointer([*tokens, str(i)]), "value": value})
 
     def _require_node_expression(self, spec: list[str], expr: Any) -> None:
         if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
@@ -228,6 +229,25 @@ class Patcher:
             if any(isinstance(e, dict) and e.get("key") == expr["key"] for e in exprs):
                 continue  # the user constrained this key already; validation judges it
             self._append([*terms_path, str(i), "matchExpressions"], expr)
+
+
+def _first(items: list[Any], key: str, wanted: Any) -> int | None:
+    """The index of the first map in `items` whose `key` equals `wanted`, None if there is none.
+
+    An upsert scans a whole env list (tens of entries) for every variable it sets: the scan runs
+    in C (dict.get over the list, list.index) unless an item is not a map, then item by item.
+    """
+    try:
+        i = list(map(dict.get, items, repeat(key))).index(wanted)
+    except ValueError:
+        return None
+    except TypeError:  # an item that is not a map
+        i = -1
+    # list.index takes identity for equality (a NaN value): the found item is checked again
+    if i >= 0 and items[i].get(key) == wanted:
+        return i
+    matches = (i for i, item in enumerate(items) if isinstance(item, dict) and item.get(key) == wanted)
+    return next(matches, None)
 
 
 def apply_edits(
