@@ -59,9 +59,11 @@ class _CppProgram:
 
     def evaluate(self, activation: Any) -> Any:
         value = self._expr.eval(activation)
-        if value.type() == self._error_type:
-            raise CelEvalError(str(value.value()))
         result = value.plain_value()
+        # An error's plain value is its message: only a string result can be one, and asking every
+        # result for its type costs more than the rest of this wrapper.
+        if type(result) is str and value.type() == self._error_type:
+            raise CelEvalError(str(value.value()))
         if self._restore_none is not None and result is not True and result is not False:
             self._restore_none(result)
         return result
