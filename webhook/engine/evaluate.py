@@ -137,6 +137,8 @@ def _folded_result(cp: CompiledPolicy, verdicts: list[Any]) -> PolicyResult:
     values (every expression evaluated without error)."""
     if not verdicts:
         return _unmet(cp.name)
+    if not any(verdicts):  # every check holds
+        return PolicyResult(cp.name, "pass")
     messages: list[str] = []
     fields: list[str] = []
     reasons: list[str] = []
