@@ -7,12 +7,12 @@ the expression's position, and the caller keeps serving its last good set.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from webhook.engine.cel import Backend, CelCompileError, Program, make_backend
 from webhook.engine.load import default_policies_dir, load_policies
-from webhook.engine.model import Expression, Policy
+from webhook.engine.model import Expression, Policy, PolicyResult
 from webhook.errors import PolicyError
 
 
@@ -89,6 +89,14 @@ class CompiledPolicy:
     validations: tuple[CompiledValidation, ...]
     mutations: tuple[tuple[str, Program], ...]
     folded: Folded | None = None  # the fast path: one evaluation per policy (see Folded)
+    # The results most requests conclude, made once: PolicyResults are immutable.
+    passed: PolicyResult = field(init=False, repr=False, compare=False)
+    unmet: PolicyResult = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        name = self.policy.name
+        object.__setattr__(self, "passed", PolicyResult(name, "pass"))
+        object.__setattr__(self, "unmet", PolicyResult(name, "skip", ("matchConditions not met",)))
 
     @property
     def name(self) -> str:

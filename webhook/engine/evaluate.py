@@ -103,7 +103,7 @@ def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
         return _folded_result(cp, verdicts)
     try:
         if not _conditions_met(cp, bindings):
-            return _unmet(cp.name)
+            return cp.unmet
         activation = _with_variables(cp, bindings)
         messages: list[str] = []
         fields: list[str] = []
@@ -126,7 +126,7 @@ def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
             fields.append(field or "")
             reasons.append(v.reason)
         if not messages:
-            return PolicyResult(cp.name, "pass")
+            return cp.passed
         return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields), reasons=tuple(reasons))
     except _Failed as exc:
         return PolicyResult(cp.name, "error", (f"{exc.where}: {exc.error}",))
@@ -136,9 +136,9 @@ def _folded_result(cp: CompiledPolicy, verdicts: list[Any]) -> PolicyResult:
     """The PolicyResult of a folded program's values: what the generic path concludes from the same
     values (every expression evaluated without error)."""
     if not verdicts:
-        return _unmet(cp.name)
+        return cp.unmet
     if not any(verdicts):  # every check holds
-        return PolicyResult(cp.name, "pass")
+        return cp.passed
     messages: list[str] = []
     fields: list[str] = []
     reasons: list[str] = []
@@ -149,13 +149,7 @@ def _folded_result(cp: CompiledPolicy, verdicts: list[Any]) -> PolicyResult:
         messages.append(_message(message, v.message or "") if v.message_program else v.message or "")
         fields.append((_field(field, v.field) if v.field_program else v.field) or "")
         reasons.append(v.reason)
-    if not messages:
-        return PolicyResult(cp.name, "pass")
     return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields), reasons=tuple(reasons))
-
-
-def _unmet(name: str) -> PolicyResult:
-    return PolicyResult(name, "skip", ("matchConditions not met",))
 
 
 def _message(value: Any, static: str) -> str:
@@ -171,10 +165,10 @@ def mutate(cp: CompiledPolicy, bindings: Bindings, patcher: Patcher) -> PolicyRe
     folded = cp.folded
     values = _folded(folded.mutations if folded else None, bindings, len(cp.mutations))
     if values is not None and not values:
-        return _unmet(cp.name)
+        return cp.unmet
     try:
         if values is None and not _conditions_met(cp, bindings):
-            return _unmet(cp.name)
+            return cp.unmet
         activation = None if values is not None else _with_variables(cp, bindings)
         # Evaluate every expression before touching the object, and roll back a policy whose
         # edits do not apply: a policy's edits land whole or not at all.
@@ -196,6 +190,7 @@ def mutate(cp: CompiledPolicy, bindings: Bindings, patcher: Patcher) -> PolicyRe
             except EditError as exc:
                 patcher.rollback(state)
                 raise _Failed(f"mutations[{name}]", str(exc)) from None
-        return PolicyResult(cp.name, "pass", patch=tuple(patcher.ops[state[1] :]))
+        patch = patcher.ops[state[1] :]
+        return PolicyResult(cp.name, "pass", patch=tuple(patch)) if patch else cp.passed
     except _Failed as exc:
         return PolicyResult(cp.name, "error", (f"{exc.where}: {exc.error}",))
