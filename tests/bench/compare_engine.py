@@ -17,8 +17,11 @@ time (time.thread_time), with `uptime` before and after.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -26,9 +29,10 @@ import sys
 import common
 
 CHILD = r"""
-import json, statistics, sys, time
+import json, os, statistics, sys, time
 sys.path.insert(0, BENCH_DIR)
-import common, orjson
+import common, orjson, webhook
+assert webhook.__file__.startswith(os.path.realpath(os.environ["PYTHONPATH"])), webhook.__file__
 from webhook.config import load_config
 from webhook.engine import AdmissionInput, Engine, default_policies_dir, load_policy_set
 QUICK = QUICK_FLAG
@@ -91,10 +95,103 @@ print(json.dumps(out))
 """
 
 
+# --instructions: the same calls counted in CPU instructions under valgrind's callgrind, which no
+# other load on the machine changes (on a shared machine the CPU time of one call varies by 2x from
+# one second to the next). Collection is on only inside functools.reduce (callgrind's
+# --toggle-collect names a C function), which drives the measured calls and nothing else.
+INSTRUCTIONS_CHILD = r"""
+import functools, sys
+sys.path.insert(0, BENCH_DIR)
+import common, orjson, os, webhook
+from webhook.engine import AdmissionInput
+assert webhook.__file__.startswith(os.path.realpath(os.environ["PYTHONPATH"])), webhook.__file__
+engine = common.engine_for("cel-expr-python")
+measure, n = sys.argv[1], int(sys.argv[2])
+kw = {"mutate": False} if "validate" in measure else {"validate": False}
+body = orjson.dumps(common.big_training_pod())
+pod = orjson.loads(body)
+if measure.startswith("corpus"):  # every corpus workload once
+    items = [(obj, "default") for _, obj in common.corpus_workloads()]
+    get = lambda item: item
+elif "fresh" in measure:  # each call's object decoded from its JSON, as the server decodes a body
+    items = [None] * n
+    get = lambda item: (orjson.loads(body), "ml-research")
+else:
+    items = [(pod, "ml-research")] * n
+    get = lambda item: item
+
+def step(acc, item):
+    obj, namespace = get(item)
+    engine.review(AdmissionInput(object=obj, namespace=namespace), **kw)
+    return acc + 1
+
+for item in items[:5]:
+    step(0, item)
+print(functools.reduce(step, items, 0))
+"""
+INSTRUCTION_MEASURES = (
+    "pod_validate",
+    "pod_mutate",
+    "pod_validate_fresh",
+    "pod_mutate_fresh",
+    "corpus_mean_validate",
+    "corpus_mean_mutate",
+)
+
+
+def count_instructions(tree: str, measure: str, n: int = 20) -> float:
+    """Thousands of instructions per call of `measure` in `tree` (callgrind, hash seed fixed)."""
+    env = {**os.environ, "PYTHONPATH": tree, "PYTHONHASHSEED": "0"}
+    code = INSTRUCTIONS_CHILD.replace("BENCH_DIR", repr(str(common.BENCH_DIR)))
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--collect-atstart=no",
+        "--toggle-collect=functools_reduce",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        "-c",
+        code,
+        measure,
+        str(n),
+    ]
+    # cwd: `python -c` puts the working directory first on sys.path, before PYTHONPATH
+    done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, timeout=1200)
+    collected = re.search(r"Collected : ([0-9,]+)", done.stderr)
+    if done.returncode != 0 or collected is None:
+        raise SystemExit(f"{tree} {measure}: {done.stderr.strip()[-2000:]}")
+    calls = int(done.stdout.strip().splitlines()[-1])
+    return int(collected.group(1).replace(",", "")) / calls / 1000
+
+
+def instructions(before: str, after: str) -> int:
+    if shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind on PATH")
+    jobs = [(tree, m) for m in INSTRUCTION_MEASURES for tree in (before, after)]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        counts = dict(zip(jobs, pool.map(lambda job: count_instructions(*job), jobs), strict=True))
+    rows = [
+        (m, counts[before, m], counts[after, m], counts[after, m] / counts[before, m])
+        for m in INSTRUCTION_MEASURES
+    ]
+    print(
+        common.table(
+            "Engine cost in thousands of CPU instructions per admission (cel-expr-python, callgrind)",
+            ["measure", "before", "after", "after/before"],
+            rows,
+        )
+    )
+    print(json.dumps({r[0]: {"before": round(r[1]), "after": round(r[2])} for r in rows}))
+    return 0
+
+
 def run_child(tree: str, quick: bool) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": tree}
     code = CHILD.replace("BENCH_DIR", repr(str(common.BENCH_DIR))).replace("QUICK_FLAG", repr(quick))
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    # cwd: `python -c` puts the working directory first on sys.path, before PYTHONPATH
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True, timeout=600
+    )
     if done.returncode != 0:
         raise SystemExit(f"{tree}: {done.stderr.strip()[-2000:]}")
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -109,8 +206,15 @@ def main() -> int:
     parser.add_argument(
         "--quick", action="store_true", help="the 11.6 KB Pod only (no corpus, pair, cel-python)"
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count CPU instructions per call under valgrind instead of timing (minutes; load-proof)",
+    )
     args = parser.parse_args()
     common.shared_dir()  # fail early without the corpus
+    if args.instructions:
+        return instructions(args.before, args.after)
     load_before = os.getloadavg()
     runs: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
     for i in range(max(1, min(args.rounds, 20))):
