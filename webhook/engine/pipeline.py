@@ -81,20 +81,17 @@ class Engine:
         self.evictions: Mapping[str, Any] = (cluster or {}).get("evictions") or {}
         self.runtimes = dict(runtimes or {})
         self.exceptions = tuple(exceptions)
-        # Only what the policies read is handed to CEL (engine/reads.py); what does not change
-        # between requests (params, cluster) is trimmed and converted here, once.
-        self._reads = reads.reads(policy_sources(policies), _READ_VARIABLES)
-        self._view_keys = _top_keys(self._reads.get("workload"))
-        self._old_view_keys = _top_keys(self._reads.get("oldWorkload"))
-        self._constants = policies.backend.prepare(
-            {
-                "params": self._trimmed("params", config.params()),
-                "cluster": self._trimmed("cluster", self.cluster),
-            }
-        )
         self._adapted = _Adapted(remember)
         self._mutating = policies.mutating  # PolicySet builds these tuples on every access
         self._validating = policies.validating
+        # Only what the policies read is handed to CEL (engine/reads.py), per phase: the webhook's
+        # /mutate and /validate calls each build and convert just what their own policies read.
+        params = config.params()
+        self._mutation = _Reads(self._mutating, policies.backend, params, self.cluster)
+        self._validation = _Reads(self._validating, policies.backend, params, self.cluster)
+        self._reads_old_workload = (
+            "oldWorkload" in self._mutation.tree or "oldWorkload" in self._validation.tree
+        )
 
     def review(
         self,
@@ -129,34 +126,22 @@ class Engine:
         if workload is None:
             return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
         old_workload = None
-        if inp.old_object and "oldWorkload" in self._reads:
+        if inp.old_object and self._reads_old_workload:
             old_workload = adapted.build(inp.old_object, ctx)
-        base = {
-            "oldObject": self._trimmed("oldObject", inp.old_object),
-            "oldWorkload": self._view(old_workload, "oldWorkload", self._old_view_keys),
-            "request": {
-                "operation": inp.operation,
-                "namespace": namespace,
-                "name": meta.get("name"),
-                "userInfo": dict(inp.user_info),
-                "dryRun": inp.dry_run,
-            },
-            "variables": {},
+        request = {
+            "operation": inp.operation,
+            "namespace": namespace,
+            "name": meta.get("name"),
+            "userInfo": dict(inp.user_info),
+            "dryRun": inp.dry_run,
         }
-        cluster = self._cluster_for(workload, namespace)
-        if cluster is not None:  # overrides the prepared constant for this request only
-            base["cluster"] = cluster
         evaluated: list[tuple[Policy, PolicyResult]] = []
         now = now or datetime.now(UTC)
         run = self._run if timings is None else self._timed(timings)
 
         patcher = Patcher(obj)
         if mutate:
-            bindings = evaluate.Bindings(
-                self.policies.backend,
-                {**base, "object": self._trimmed("object", obj), "workload": self._workload_view(workload)},
-                self._constants,
-            )
+            bindings = self._bindings(self._mutation, obj, workload, inp.old_object, old_workload, request)
             for cp in self._mutating:
                 result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
                 evaluated.append((cp.policy, result))
@@ -167,14 +152,8 @@ class Engine:
                 workload = adapted.build(patcher.doc, ctx) or workload
 
         if validate:
-            bindings = evaluate.Bindings(
-                self.policies.backend,
-                {
-                    **base,
-                    "object": self._trimmed("object", patcher.doc),
-                    "workload": self._workload_view(workload),
-                },
-                self._constants,
+            bindings = self._bindings(
+                self._validation, patcher.doc, workload, inp.old_object, old_workload, request
             )
             for cp in self._validating:
                 result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
@@ -183,30 +162,38 @@ class Engine:
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
         return decide.decide(decision, evaluated)
 
-    def _cluster_for(self, workload: Workload, namespace: str | None) -> Any:
+    def _bindings(
+        self,
+        phase: _Reads,
+        obj: dict[str, Any],
+        workload: Workload,
+        old_object: dict[str, Any] | None,
+        old_workload: Workload | None,
+        request: dict[str, Any],
+    ) -> evaluate.Bindings:
+        """One phase's CEL variables: each trimmed to what that phase's policies read."""
+        data = {
+            "object": phase.trimmed("object", obj),
+            "oldObject": phase.trimmed("oldObject", old_object),
+            "workload": phase.view(workload, "workload"),
+            "oldWorkload": phase.view(old_workload, "oldWorkload"),
+            "request": request,
+            "variables": {},
+        }
+        cluster = self._cluster_for(phase, workload, request["namespace"])
+        if cluster is not None:  # overrides the prepared constant for this request only
+            data["cluster"] = cluster
+        return evaluate.Bindings(self.policies.backend, data, phase.constants)
+
+    def _cluster_for(self, phase: _Reads, workload: Workload, namespace: str | None) -> Any:
         """`cluster` with `evictions` holding the records under this workload's names; None when
         there are none (the prepared constant, with no records, serves)."""
-        if not self.evictions or "cluster" not in self._reads:
+        if not self.evictions or "cluster" not in phase.tree:
             return None
         found = {
             k: self.evictions[k] for k in eviction_candidates(workload, namespace) if k in self.evictions
         }
-        return self._trimmed("cluster", {**self.cluster, "evictions": found}) if found else None
-
-    def _trimmed(self, variable: str, value: Any) -> Any:
-        """`value` as CEL sees it: None when no policy reads the variable, else the paths read."""
-        tree = self._reads.get(variable)
-        return None if tree is None or value is None else reads.trim(value, tree)
-
-    def _workload_view(self, workload: Workload) -> Any:
-        return self._view(workload, "workload", self._view_keys)
-
-    def _view(self, workload: Workload | None, variable: str, keys: frozenset[str] | None) -> Any:
-        # The view is built with the top-level keys read; below them it is small enough that
-        # trimming would cost more than the conversion it saves.
-        if workload is None or variable not in self._reads:
-            return None
-        return workload.view(keys)
+        return phase.trimmed("cluster", {**self.cluster, "evictions": found}) if found else None
 
     def _timed(self, timings: dict[str, float]) -> _Run:
         """`_run`, recording each policy's perf_counter seconds (the webhook samples 1 in N requests)."""
@@ -296,10 +283,10 @@ _Run = Callable[
 _READ_VARIABLES = ("object", "oldObject", "workload", "oldWorkload", "params", "cluster")
 
 
-def policy_sources(policies: PolicySet) -> list[str]:
-    """Every CEL source of the set: what engine/reads.py reads the variables' paths from."""
+def policy_sources(policies: Sequence[CompiledPolicy]) -> list[str]:
+    """Every CEL source of the policies: what engine/reads.py reads the variables' paths from."""
     out: list[str] = []
-    for cp in policies.policies:
+    for cp in policies:
         p = cp.policy
         out += [m.expression.source for m in p.match_conditions]
         out += [v.expression.source for v in p.variables]
@@ -313,6 +300,37 @@ def policy_sources(policies: PolicySet) -> list[str]:
 def _top_keys(tree: reads.Tree | None) -> frozenset[str] | None:
     """The top-level keys of a path tree, None for the whole value (or an unread one)."""
     return frozenset(tree) if tree else None
+
+
+class _Reads:
+    """What one phase's policies (the mutating or the validating ones) read of each CEL variable,
+    and the values that do not change between requests (params, cluster) trimmed to it and
+    converted once."""
+
+    __slots__ = ("tree", "_view_keys", "constants")
+
+    def __init__(
+        self, policies: Sequence[CompiledPolicy], backend: Any, params: Any, cluster: Mapping[str, Any]
+    ) -> None:
+        self.tree = reads.reads(policy_sources(policies), _READ_VARIABLES)
+        self._view_keys = {
+            variable: _top_keys(self.tree.get(variable)) for variable in ("workload", "oldWorkload")
+        }
+        self.constants = backend.prepare(
+            {"params": self.trimmed("params", params), "cluster": self.trimmed("cluster", cluster)}
+        )
+
+    def trimmed(self, variable: str, value: Any) -> Any:
+        """`value` as CEL sees it: None when no policy reads the variable, else the paths read."""
+        tree = self.tree.get(variable)
+        return None if tree is None or value is None else reads.trim(value, tree)
+
+    def view(self, workload: Workload | None, variable: str) -> Any:
+        # The view is built with the top-level keys read; below them it is small enough that
+        # trimming would cost more than the conversion it saves.
+        if workload is None or variable not in self.tree:
+            return None
+        return workload.view(self._view_keys[variable])
 
 
 class _Adapted:
