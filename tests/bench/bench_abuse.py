@@ -154,6 +154,20 @@ def closed_within(socks: list[ssl.SSLSocket], seconds: float, trickle: bytes | N
 # -- probes -------------------------------------------------------------------------------------------
 
 
+def poll_healthz(port: int, ctx: ssl.SSLContext, seconds: list[float], done: threading.Event) -> None:
+    """GET /healthz every 50 ms until `done` (at most 2,000 times), appending each call's seconds."""
+    conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+    while not done.is_set() and len(seconds) < 2000:
+        t = time.perf_counter()
+        try:
+            request(conn, "GET", "/healthz")
+        except (OSError, http.client.HTTPException):  # a timeout is a figure too: the 30 s waited
+            conn.close()
+            conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+        seconds.append(time.perf_counter() - t)
+        time.sleep(0.05)
+
+
 def big_pod_review(target: int = 1_400_000) -> bytes:
     words = ["timeout", "5"] * (target // 14)  # `"timeout","5",` is 14 bytes of JSON
     pod = {
@@ -169,20 +183,7 @@ def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
     body = big_pod_review()
     healthz: list[float] = []
     done = threading.Event()
-
-    def poll() -> None:
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-        while not done.is_set() and len(healthz) < 2000:
-            t = time.perf_counter()
-            try:
-                request(conn, "GET", "/healthz")
-            except (OSError, http.client.HTTPException):  # a timeout is a figure too: the 30 s waited
-                conn.close()
-                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-            healthz.append(time.perf_counter() - t)
-            time.sleep(0.05)
-
-    poller = threading.Thread(target=poll, daemon=True)
+    poller = threading.Thread(target=poll_healthz, args=(port, ctx, healthz, done), daemon=True)
     with Sampler(pid) as mem:
         poller.start()
         conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=120)
@@ -263,18 +264,6 @@ def probe_small_slow(port: int, ctx: ssl.SSLContext, clients: int, seconds: floa
     done = threading.Event()
     lock = threading.Lock()
 
-    def poll() -> None:
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-        while not done.is_set() and len(healthz) < 2000:
-            t = time.perf_counter()
-            try:
-                request(conn, "GET", "/healthz")
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-            healthz.append(time.perf_counter() - t)
-            time.sleep(0.05)
-
     def post(i: int) -> None:
         conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
         k = i
@@ -291,7 +280,7 @@ def probe_small_slow(port: int, ctx: ssl.SSLContext, clients: int, seconds: floa
                 statuses[status] = statuses.get(status, 0) + 1
             k += 1
 
-    poller = threading.Thread(target=poll, daemon=True)
+    poller = threading.Thread(target=poll_healthz, args=(port, ctx, healthz, done), daemon=True)
     posters = [threading.Thread(target=post, args=(i,), daemon=True) for i in range(clients)]
     poller.start()
     for thread in posters:
