@@ -153,12 +153,10 @@ def test_jobs_must_be_a_positive_number(capsys: pytest.CaptureFixture[str], valu
 
 
 def _big_input(tmp_path: Path) -> list[str]:
-    pods = "".join(
-        f"---\napiVersion: v1\nkind: Pod\nmetadata: {{name: p{i}}}\nspec: {{containers: [{{name: c, image: x}}]}}\n"
-        for i in range(_parallel.MIN_PARALLEL_BYTES // 80 + 1)
-    )
+    """Two files that together just reach the size from which a run gets workers."""
+    pod = "---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
     for name in ("a.yaml", "b.yaml"):
-        (tmp_path / name).write_text(pods[: len(pods) // 2 + 100])
+        (tmp_path / name).write_text(pod * (_parallel.MIN_PARALLEL_BYTES // 2 // len(pod) + 1))
     return [str(tmp_path)]
 
 

@@ -15,22 +15,23 @@ one process.
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.cli._common import Context
 from webhook.documents import Document, Inputs, Manifests, collect_file, no_documents
 from webhook.engine import Engine
 from webhook.errors import DuplicateKeyError, InputError, TrainguardError
 
-# Below this much input, forking and exchanging results costs more than a second core saves
-# (bench_cli.py measures both sides: the corpus once is about 190 KB).
-MIN_PARALLEL_BYTES = 512 * 1024
+if TYPE_CHECKING:  # multiprocessing is imported by the runs that use it (about 20 ms of start-up)
+    from multiprocessing.connection import Connection
+
+# Each worker costs about 0.1 s of CPU whatever its share (the fork's copied pages, its engine,
+# warming up what the first decisions build); deciding costs about 1 ms per document of 1-2 KB.
+# From 1 MiB (about 700 documents, the corpus 5 times over) a second core saves several times that.
+MIN_PARALLEL_BYTES = 1024 * 1024
 MAX_AUTO_WORKERS = 8  # each worker holds its shard's documents and its own copy of what it touches
 
 Records = list[dict[str, Any]]
@@ -70,6 +71,8 @@ def workers_for(inputs: Inputs, jobs: int | None) -> int:
 
 def decide_in_workers(inputs: Inputs, workers: int, run: Run) -> tuple[Records, list[InputError]]:
     """Every document's record and every error, in the order a serial run lists them."""
+    import multiprocessing
+
     files = _files(inputs)
     shards = _shards(files, workers)
     ctx = multiprocessing.get_context("fork")
@@ -123,6 +126,8 @@ def _work(conn: Connection, files: list[str], run: Run, others: list[Connection]
         records, errors = run.decide(run.make_engine(context), out.documents)
         conn.send(("ok", (records, [_pack(e) for e in errors])))
     except BaseException:  # whatever it is, the parent reports it, unless it is gone already
+        import traceback
+
         with contextlib.suppress(OSError):
             conn.send(("failed", traceback.format_exc()))
     finally:
@@ -215,4 +220,4 @@ def _usable_cpus() -> int:
 
 
 def _can_fork() -> bool:
-    return "fork" in multiprocessing.get_all_start_methods()
+    return hasattr(os, "fork")  # what multiprocessing's "fork" start method needs

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=None,
         metavar="N",
         help="worker processes that read and decide the files (default: one per CPU for inputs "
-        "of 512 KiB or more, none below; 1: none). The output is the same either way",
+        "of 1 MiB or more, none below; 1: none). The output is the same either way",
     )
     p.set_defaults(run=run)
 
