@@ -161,19 +161,23 @@ def _big_input(tmp_path: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("make", "jobs", "expected"),
+    ("make", "jobs", "busy", "expected"),
     [
-        pytest.param(lambda p: [str(EXAMPLES)], None, 1, id="small-input-stays-in-one-process"),
+        pytest.param(lambda p: [str(EXAMPLES)], None, 0, 1, id="small-input-stays-in-one-process"),
         pytest.param(
-            _big_input, None, min(_parallel._usable_cpus(), 8, 2), id="large-input-one-worker-per-cpu"
+            _big_input, None, 0, min(_parallel._usable_cpus(), 8, 2), id="large-input-one-worker-per-cpu"
         ),
-        pytest.param(_big_input, 1, 1, id="j1-never-forks"),
-        pytest.param(lambda p: [str(EXAMPLES)], 3, 3, id="j3-asked-for"),
+        pytest.param(_big_input, None, 64, 1, id="large-input-on-busy-cpus-stays-in-one-process"),
+        pytest.param(_big_input, 1, 0, 1, id="j1-never-forks"),
+        pytest.param(lambda p: [str(EXAMPLES)], 3, 64, 3, id="j3-asked-for"),
         pytest.param(
-            lambda p: [str(COUNTER / "pytorchjob-no-gang.yaml")], 4, 1, id="no-more-workers-than-files"
+            lambda p: [str(COUNTER / "pytorchjob-no-gang.yaml")], 4, 0, 1, id="no-more-workers-than-files"
         ),
-        pytest.param(lambda p: ["-", str(EXAMPLES)], 4, 1, id="stdin-stays-in-one-process"),
+        pytest.param(lambda p: ["-", str(EXAMPLES)], 4, 0, 1, id="stdin-stays-in-one-process"),
     ],
 )
-def test_how_many_workers_a_run_gets(tmp_path: Path, make: object, jobs: int | None, expected: int) -> None:
+def test_how_many_workers_a_run_gets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, make: object, jobs: int | None, busy: int, expected: int
+) -> None:
+    monkeypatch.setattr(_parallel, "_other_running_tasks", lambda: busy)
     assert _parallel.workers_for(manifest_inputs(make(tmp_path)), jobs) == expected  # type: ignore[operator]

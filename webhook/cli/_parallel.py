@@ -56,8 +56,9 @@ class Run:
 def workers_for(inputs: Inputs, jobs: int | None) -> int:
     """How many worker processes to decide `inputs` with; 1 means none (decide in this process).
 
-    `jobs` None: one per usable CPU (at most MAX_AUTO_WORKERS), for inputs of MIN_PARALLEL_BYTES
-    or more. Stdin is read by this process only, so a run that reads it stays here.
+    `jobs` None: one per usable CPU that no other task is running on (at most MAX_AUTO_WORKERS),
+    for inputs of MIN_PARALLEL_BYTES or more. Stdin is read by this process only, so a run that
+    reads it stays here.
     """
     files = _files(inputs)
     if "-" in files or (jobs is not None and jobs <= 1) or not _can_fork():
@@ -65,7 +66,8 @@ def workers_for(inputs: Inputs, jobs: int | None) -> int:
     if jobs is None:
         if sum(_size(f) for f in files) < MIN_PARALLEL_BYTES:
             return 1
-        jobs = min(_usable_cpus(), MAX_AUTO_WORKERS)
+        cpus = _usable_cpus()
+        jobs = min(cpus - _other_running_tasks(), MAX_AUTO_WORKERS)
     return max(1, min(jobs, len(files)))
 
 
@@ -217,6 +219,21 @@ def _usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def _other_running_tasks() -> int:
+    """Tasks other than this one that are running or ready to run now (Linux; 0 elsewhere).
+
+    On a machine whose CPUs other work keeps busy, a second worker only shares them: the run
+    takes as long and costs more CPU (the workers' copied pages, their engines). /proc/loadavg's
+    fourth field counts the runnable tasks at this instant, this one included; the 1-minute load
+    average would count this program's own earlier runs.
+    """
+    try:
+        with open("/proc/loadavg", encoding="ascii") as f:
+            return max(0, int(f.read().split()[3].split("/")[0]) - 1)
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def _can_fork() -> bool:

@@ -47,8 +47,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=_jobs,
         default=None,
         metavar="N",
-        help="worker processes that read and decide the files (default: one per CPU for inputs "
-        "of 1 MiB or more, none below; 1: none). The output is the same either way",
+        help="worker processes that read and decide the files (default: one per CPU that other "
+        "work leaves idle, for inputs of 1 MiB or more; 1: none). The output is the same either way",
     )
     p.set_defaults(run=run)
 
