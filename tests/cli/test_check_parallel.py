@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.conftest import REPO
 from webhook.cli import _parallel, main
@@ -92,13 +91,7 @@ def test_workers_print_what_one_process_prints(
     serial = _run(capsys, *mixed, "-o", output, "-j", "1")
     assert serial[0] == 2 and "Traceback" not in serial[2]
     code, out, err = _run(capsys, *mixed, "-o", output, "-j", jobs)
-    assert (code, err) == serial[::2]
-    if output == "table":
-        assert out == serial[1]
-    else:
-        # The order of keys inside a patch value built by CEL varies from call to call, in one
-        # process as across processes: compare what the reports say (lists in their order).
-        assert yaml.safe_load(out) == yaml.safe_load(serial[1])
+    assert (code, out, err) == serial
 
 
 def test_documents_in_other_workers_files_still_inform_a_decision(

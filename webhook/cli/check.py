@@ -88,7 +88,9 @@ def result_record(doc: Document, decision: Decision) -> dict[str, Any]:
             for r in decision.results
             if r.outcome == "exempt"
         ],
-        "patch": decision.patch,
+        # Keys sorted, as the webhook encodes them: a map built by CEL has no order of its own (its
+        # runtime's varies from call to call), and a report must read the same on every run.
+        "patch": orjson.loads(orjson.dumps(decision.patch, option=orjson.OPT_SORT_KEYS)),
         "skipped": decision.skipped_reason,
     }
 
