@@ -316,6 +316,46 @@ def test_metrics_count_requests_by_endpoint_operation_kind_and_decision(client: 
     assert 'trainguard_policy_evaluation_seconds_count{policy="gang-required"}' in text
 
 
+def _long_script_job() -> dict[str, Any]:
+    """A PyTorchJob whose launch line is a long (but capped-within) shell script: slow to read."""
+    job = pytorchjob()
+    script = "A=1; echo $A; " * 2000 + "torchrun --nnodes=4 t.py"
+    for replica in job["spec"]["pytorchReplicaSpecs"].values():
+        replica["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", script]
+    return job
+
+
+PLACEMENTS = [
+    pytest.param("cel-expr-python", 64 * 1024, pytorchjob(), "inline", id="small-body-decided-inline"),
+    pytest.param(
+        "cel-expr-python", 64 * 1024, _long_script_job(), "deferred", id="long-launch-line-deferred"
+    ),
+    pytest.param("cel-expr-python", 0, pytorchjob(), "thread", id="over-the-inline-size-on-a-thread"),
+    pytest.param("cel-python", 64 * 1024, pytorchjob(), "thread", id="unbounded-runtime-on-a-thread"),
+]
+
+
+@pytest.mark.parametrize(("backend", "inline_bytes", "obj", "placement"), PLACEMENTS)
+def test_where_an_admission_is_decided_never_changes_its_answer(
+    backend: str, inline_bytes: int, obj: dict[str, Any], placement: str
+) -> None:
+    """Inline on the event loop, deferred to a deciding thread, or there from the start: the same
+    response for the same review, and the placement counted."""
+    policies = load_policy_set([default_policies_dir()], backend)
+    answers = {}
+    for label, limit in (("placed", inline_bytes), ("threads-only", 0)):
+        state = ServerState(metrics=Metrics(sample_every=1), inline_body_bytes=limit)
+        state.install(Engine(policies, load_config()))
+        with TestClient(create_app(state)) as client:
+            answers[label] = [
+                post(client, path, admission_review(obj)).json() for path in ("/mutate", "/validate")
+            ]
+            text = client.get("/metrics").text
+        if label == "placed":
+            assert f'trainguard_admission_placements_total{{placement="{placement}"}} 2.0' in text
+    assert answers["placed"] == answers["threads-only"]
+
+
 def test_policy_timings_are_sampled_one_in_n(policies: PolicySet) -> None:
     state = ServerState(metrics=Metrics(sample_every=4))
     state.install(Engine(policies, load_config()))

@@ -214,3 +214,114 @@ def test_input_without_documents_is_an_error(tmp_path: Path, make: Any, words: s
 def test_empty_stdin_is_an_error() -> None:
     found = collect_manifests(["-"], stdin=io.StringIO(""))
     assert [str(e) for e in found.errors] == ["<stdin>: no documents: the input holds no Kubernetes object"]
+
+
+# --------------------------------------------------------------------------------------------
+# The decoder builds plain data itself and leaves the rest to PyYAML: both give PyYAML's values
+
+SAME_AS_PYYAML = [
+    pytest.param(
+        "a: yes\nb: No\nc: on\nd: 0755\ne: 0x1F\nf: 1_000\ng: 1:30\nh: .inf\ni: ~\nj: null\nk:\n"
+        "l: 1e3\nm: 6.8e+5\nn: 0b101\no: +12\np: TRUE\nq: '0755'\nr: \"yes\"\ns: !!str 42\n",
+        id="yaml-1.1-scalars",
+    ),
+    pytest.param(
+        "created: 2024-01-15T12:00:00Z\nday: 2024-01-15\nraw: !!binary aGVsbG8=\n", id="timestamps-and-binary"
+    ),
+    pytest.param("3: a\n2.5: b\ntrue: c\n~: d\n2020-01-01: e\n'1': f\n", id="non-string-keys"),
+    pytest.param(
+        "x: &env [{name: A, value: b}]\ny: {env: *env, image: '*x'}\nz: *env\n", id="aliases-share-values"
+    ),
+    pytest.param("base: &b {a: 1, b: 2}\nspec:\n  <<: *b\n  b: 3\n", id="merge-key"),
+    pytest.param("b1: &b1 {a: 1}\nb2: &b2 {z: 2}\nspec: {<<: [*b1, *b2], c: 4}\n", id="merge-key-list"),
+    pytest.param("s: !!set {a, b}\no: !!omap [{a: 1}]\np: !!pairs [{a: 1}]\n", id="collection-tags"),
+    pytest.param(
+        "a: !!int '12'\nb: !!float '1.5'\nc: !!bool 'yes'\nd: ! 12\ne: !!map {a: 1}\n", id="explicit-tags"
+    ),
+    pytest.param("a: |\n  l1\n  l2\nb: >-\n  folded\n  text\n", id="block-scalars"),
+    pytest.param('{"a": [1, 2.5, true, null, "s"], "b": {"c": {}}}', id="json"),
+    pytest.param("x: " + "[" * 900 + "]" * 900 + "\n", id="nested-900-deep"),
+]
+
+
+@pytest.mark.parametrize("text", SAME_AS_PYYAML)
+def test_documents_decode_to_what_pyyaml_builds(text: str) -> None:
+    import yaml
+
+    (doc,) = load_yaml_documents(text, "f.yaml")
+    expected = yaml.load(text, Loader=yaml.CSafeLoader)  # PyYAML's own constructor on libyaml
+    assert doc.data == expected
+    assert repr(doc.data) == repr(expected) or "!!set" in text  # same types, same key order
+
+
+def test_an_alias_yields_the_same_object_as_in_pyyaml() -> None:
+    (doc,) = load_yaml_documents("x: &env [{name: A}]\ny: *env\n", "f.yaml")
+    assert doc.data["x"] is doc.data["y"]
+
+
+DUPLICATES = [
+    pytest.param(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: a, name: b}\n",
+        "document 1, line 3, field metadata.name: duplicate key 'name' (first at line 3)",
+        id="flow-mapping",
+    ),
+    pytest.param(
+        "apiVersion: v1\nkind: Pod\nspec:\n  containers:\n  - name: a\n    image: x\n    image: y\n",
+        "document 1, line 7, field spec.containers.0.image: duplicate key 'image' (first at line 6)",
+        id="inside-a-list",
+    ),
+    pytest.param(
+        "apiVersion: v1\nkind: Pod\nx: {1: a, 01: b}\n",
+        "document 1, line 3, field x: duplicate key 1 (first at line 3)",
+        id="keys-equal-as-numbers",
+    ),
+    pytest.param(
+        "apiVersion: v1\nkind: Pod\nbase: &b {a: 1}\nspec:\n  <<: *b\n  c: 1\n  c: 2\n",
+        "document 1, line 7, field spec.c: duplicate key 'c' (first at line 6)",
+        id="beside-a-merge-key",
+    ),
+    pytest.param(
+        "apiVersion: v1\nkind: Pod\nx: {&k a: 1, *k : 2}\n",
+        "document 1, line 3, field x.a: duplicate key 'a' (first at line 3)",
+        id="through-an-alias",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "words"), DUPLICATES)
+def test_duplicate_keys_are_reported_with_both_lines(text: str, words: str) -> None:
+    with pytest.raises(DuplicateKeyError) as info:
+        load_yaml_documents(text, "f.yaml")
+    assert str(info.value).startswith(f"f.yaml, {words}; YAML would silently keep only the last value")
+
+
+def test_keys_that_differ_in_type_are_not_duplicates() -> None:
+    (doc,) = load_yaml_documents("apiVersion: v1\nkind: Pod\nx: {'1': a, 1: b}\n", "f.yaml")
+    assert doc.data["x"] == {"1": "a", 1: "b"}
+
+
+UNREADABLE_VALUES = [
+    pytest.param("x: !!bool maybe\n", "line 4: malformed YAML: 'maybe' is not a valid !!bool", id="bool"),
+    pytest.param("x: !!int abc\n", "line 4: malformed YAML: 'abc' is not a valid !!int", id="int"),
+    pytest.param(
+        "x: !!timestamp abc\n", "line 4: malformed YAML: 'abc' is not a valid !!timestamp", id="timestamp"
+    ),
+    pytest.param("x: !!map abc\n", "line 4: malformed YAML: a !!map tag on a scalar", id="map-on-a-scalar"),
+    pytest.param(
+        "b: &b {a: 1}\ny: {<<: *b}\nx: !!float abc\n",
+        "line 6: malformed YAML: 'abc' is not a valid !!float",
+        id="in-a-document-with-a-merge-key",
+    ),
+    pytest.param(
+        "x: " + "1" * 5000 + "\n",
+        "line 4: malformed YAML: a value of 5000 characters is not a valid !!int",
+        id="more-digits-than-python-converts",
+    ),
+]
+
+
+@pytest.mark.parametrize(("tail", "words"), UNREADABLE_VALUES)
+def test_a_value_its_tag_cannot_build_is_an_input_error(tail: str, words: str) -> None:
+    with pytest.raises(InputError) as info:
+        load_yaml_documents("apiVersion: v1\nkind: Pod\nmetadata: {name: t}\n" + tail, "f.yaml")
+    assert str(info.value) == f"f.yaml, document 1, {words}"

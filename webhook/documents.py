@@ -4,6 +4,14 @@ PyYAML keeps the last of two duplicate keys; a manifest that lost its Kueue labe
 fine to every other tool. We parse with the C scanner/parser, check each mapping for repeats, and
 keep the line of every field so a report can point at it.
 
+Decoding is on the path of every manifest `trainguard check` reads, so its common case is kept
+short: libyaml composes the nodes, each plain scalar's tag is resolved once per distinct text,
+and the documents of plain data (strings, numbers, booleans, nulls, timestamps, mappings with
+scalar keys, sequences, aliases) are built by one small function that finds duplicate keys as it
+goes. Anything else (merge keys, explicit collection tags, complex keys, a duplicate key, nesting
+deeper than Python's recursion limit) is built again by PyYAML's own constructor, so the result
+and every error message stay PyYAML's.
+
 Input is bounded before it is decoded: only regular files are read (a FIFO or a device could block
 or never end), at most `MAX_INPUT_BYTES` of them, and a document whose aliases would expand to more
 than `MAX_ALIAS_NODES` extra nodes is refused before it is built (a few hundred bytes of nested
@@ -54,14 +62,50 @@ class Document:
         return self.line
 
 
+_STR = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+# Tags of plain scalars that PyYAML's SafeConstructor builds without looking at anything else.
+_SCALAR_TAGS = tuple(
+    f"tag:yaml.org,2002:{name}" for name in ("null", "bool", "int", "float", "timestamp", "binary")
+)
+_RESOLVED_CACHE_SIZE = 50_000  # distinct plain scalars remembered; far more than a manifest set repeats
+
+
 class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
     """SafeLoader that refuses duplicate keys and can record field lines."""
 
     track_lines = False
+    # The implicit tag of a plain scalar depends on its text alone (no path resolvers are
+    # registered, asserted below), and manifests repeat the same keys and values many times.
+    _resolved: dict[str, str] = {}
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.lines: dict[str, int] = {}
+        # Bound once per loader: what `_build` calls for each non-string scalar.
+        self.scalar_constructors: dict[str, Any] = {
+            tag: self.yaml_constructors[tag].__get__(self) for tag in _SCALAR_TAGS
+        }
+
+    def resolve(self, kind: type[yaml.Node], value: Any, implicit: Any) -> str:
+        if kind is yaml.ScalarNode:
+            if not implicit[0]:
+                return _STR  # quoted, or a non-specific `!` tag
+            tag = self._resolved.get(value)
+            if tag is None:
+                if len(self._resolved) >= _RESOLVED_CACHE_SIZE:
+                    self._resolved.clear()
+                tag = self._resolved[value] = super().resolve(kind, value, implicit)
+            return tag
+        return _MAP if kind is yaml.MappingNode else _SEQ
+
+    # Without path resolvers these only return; the C composer calls them twice per node.
+    def descend_resolver(self, current_node: Any, current_index: Any) -> None:
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -86,6 +130,71 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
                 )
             seen[key] = line
         return super().construct_mapping(node, deep=deep)  # type: ignore[no-any-return]
+
+
+assert not _Loader.yaml_path_resolvers, "the resolver shortcuts above assume no path resolvers"
+assert (_Loader.DEFAULT_SCALAR_TAG, _Loader.DEFAULT_MAPPING_TAG, _Loader.DEFAULT_SEQUENCE_TAG) == (
+    _STR,
+    _MAP,
+    _SEQ,
+)
+
+
+class _Unusual(Exception):
+    """A node `_build` leaves to PyYAML's constructor."""
+
+
+def _build(node: yaml.Node, scalars: dict[str, Any], shared: dict[int, Any] | None) -> Any:
+    """The value of `node` as PyYAML's SafeConstructor builds it, for plain data only.
+
+    Hand-written because PyYAML's constructor spends most of a manifest's decoding time in
+    per-node dispatch, generators and bookkeeping for cases manifests do not use. `shared` maps
+    an aliased node to its value, so that an alias yields the same object, as in PyYAML; it is
+    None for a text without aliases. Raises _Unusual for whatever it does not build.
+    """
+    if shared is not None:
+        known = shared.get(id(node))
+        if known is not None:
+            return known
+    cls = node.__class__
+    tag = node.tag
+    if cls is yaml.ScalarNode:
+        if tag == _STR:
+            return node.value
+        construct = scalars.get(tag)
+        if construct is None:
+            raise _Unusual
+        return construct(node)
+    value: Any
+    if cls is yaml.MappingNode:
+        if tag != _MAP:
+            raise _Unusual
+        value = {}
+        if shared is not None:
+            shared[id(node)] = value
+        for key_node, value_node in node.value:
+            if key_node.__class__ is not yaml.ScalarNode:
+                raise _Unusual  # a complex key
+            key = key_node.value if key_node.tag == _STR else _build(key_node, scalars, None)
+            if key in value:
+                raise _Unusual  # a duplicate: PyYAML's path reports it, with both lines
+            value[key] = _build(value_node, scalars, shared)
+        return value
+    if tag != _SEQ:
+        raise _Unusual
+    value = []
+    if shared is not None:
+        shared[id(node)] = value
+    for item in node.value:
+        value.append(_build(item, scalars, shared))
+    return value
+
+
+def _construct(loader: _Loader, node: yaml.Node, has_aliases: bool) -> Any:
+    try:
+        return _build(node, loader.scalar_constructors, {} if has_aliases else None)
+    except (_Unusual, RecursionError):
+        return loader.construct_document(node)
 
 
 def _record_lines(node: yaml.Node, pointer: str, out: dict[str, int]) -> None:
@@ -160,6 +269,36 @@ def _check_aliases(root: yaml.Node) -> None:
                 stack.append((child, False))
 
 
+_VALUE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError)
+
+
+def _unreadable_value(loader: _Loader, root: yaml.Node) -> tuple[int, str] | None:
+    """(line, problem) of the first scalar in `root` that its tag's constructor cannot build:
+    `!!int abc`, an integer of more digits than Python converts, `!!map` on a scalar."""
+    stack = [root]
+    seen: set[int] = set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if not isinstance(node, yaml.ScalarNode):
+            stack.extend(reversed(_node_children(node)))
+            continue
+        kind = str(node.tag).rsplit(":", 1)[-1]
+        construct = loader.scalar_constructors.get(node.tag)
+        if construct is None:
+            if kind in ("map", "seq", "set", "omap", "pairs") and node.tag.startswith("tag:yaml.org,2002:"):
+                return node.start_mark.line + 1, f"a !!{kind} tag on a scalar"
+            continue
+        try:
+            construct(node)
+        except _VALUE_ERRORS:
+            shown = repr(node.value) if len(node.value) <= 40 else f"a value of {len(node.value)} characters"
+            return node.start_mark.line + 1, f"{shown} is not a valid !!{kind}"
+    return None
+
+
 def _document_at(text: str, line: int) -> int:
     """1-based index of the document that holds 0-based `line` (counting `---` separators)."""
     count = 1
@@ -195,12 +334,16 @@ def load_yaml_documents(text: str, path: str, *, track_lines: bool = False) -> l
                 except InputError as exc:
                     raise InputError(exc.message, source=path, document=index, line=exc.line) from None
             try:
-                data = loader.construct_document(node)
+                data = _construct(loader, node, has_aliases)
             except DuplicateKeyError as exc:
                 where = _path_at_line(node, (exc.line or 0) - 1)
                 raise DuplicateKeyError(
                     exc.message, source=path, document=index, line=exc.line, field=where or exc.field
                 ) from None
+            except _VALUE_ERRORS:  # what PyYAML's constructors raise on a value they cannot read
+                line, problem = _unreadable_value(loader, node) or (start, "a value cannot be read")
+                message = f"malformed YAML: {problem}"
+                raise InputError(message, source=path, document=index, line=line) from None
             if data is None:
                 continue
             doc = Document(data, f"{path}#{index}", path, index, start)
@@ -365,24 +508,47 @@ def collect_manifests(paths: list[str], *, stdin: Any = None, track_lines: bool 
     directory that holds no document at all is an error ("no documents"); inside a directory that
     holds documents, an empty file is skipped, as `kubectl apply -f DIR` skips it.
     """
-    out = Manifests()
+    return collect_inputs(manifest_inputs(paths), stdin=stdin, track_lines=track_lines)
+
+
+Inputs = list[tuple[str, list[str] | InputError]]
+
+
+def manifest_inputs(paths: list[str]) -> Inputs:
+    """Each argument with the files it stands for, or the error that it stands for none."""
+    inputs: Inputs = []
     for arg in paths:
-        before = (len(out.documents), len(out.errors))
         try:
-            files = list(iter_manifest_paths([arg]))
+            inputs.append((arg, list(iter_manifest_paths([arg]))))
         except InputError as exc:  # a path that does not exist, or a directory without manifests
-            out.errors.append(exc)
+            inputs.append((arg, exc))
+    return inputs
+
+
+def collect_inputs(inputs: Inputs, *, stdin: Any = None, track_lines: bool = False) -> Manifests:
+    """`collect_manifests` over arguments already listed by `manifest_inputs`."""
+    out = Manifests()
+    for arg, files in inputs:
+        if isinstance(files, InputError):
+            out.errors.append(files)
             continue
+        before = (len(out.documents), len(out.errors))
         for path in files:
-            _collect_file(path, stdin, track_lines, out)
+            collect_file(path, out, stdin=stdin, track_lines=track_lines)
         if (len(out.documents), len(out.errors)) == before:
-            label = "<stdin>" if arg == "-" else arg
-            what = "the directory's files hold" if files != [arg] and arg != "-" else "the input holds"
-            out.errors.append(InputError(f"no documents: {what} no Kubernetes object", source=label))
+            out.errors.append(no_documents(arg, files))
     return out
 
 
-def _collect_file(path: str, stdin: Any, track_lines: bool, out: Manifests) -> None:
+def no_documents(arg: str, files: list[str]) -> InputError:
+    """The error for an argument whose files hold no Kubernetes object."""
+    label = "<stdin>" if arg == "-" else arg
+    what = "the directory's files hold" if files != [arg] and arg != "-" else "the input holds"
+    return InputError(f"no documents: {what} no Kubernetes object", source=label)
+
+
+def collect_file(path: str, out: Manifests, *, stdin: Any = None, track_lines: bool = False) -> None:
+    """The object documents of one file ("-": `stdin`) added to `out`, and its errors."""
     label = "<stdin>" if path == "-" else path
     try:
         text = read_stream(stdin) if path == "-" else read_text(path)

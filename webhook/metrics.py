@@ -76,6 +76,15 @@ class Metrics:
             buckets=_POLICY_BUCKETS,
             registry=r,
         )
+        self.placements = Counter(
+            "trainguard_admission_placements",
+            "Where admissions were decided: inline (on the event loop, the usual case), deferred "
+            "(begun inline, then decided afresh on a deciding thread because they needed longer than "
+            "a slice), thread (bodies too large to begin inline).",
+            ["placement"],
+            registry=r,
+        )
+        self._placement_children = {p: self.placements.labels(p) for p in ("inline", "deferred", "thread")}
         self.engine_errors = Counter(
             "trainguard_engine_errors",
             "Unexpected exceptions inside the engine (policy evaluation errors are not counted here: "
@@ -188,6 +197,9 @@ class Metrics:
     def observe_rejected(self, endpoint: str, reason: str, seconds: float) -> None:
         self.rejected.labels(endpoint, reason).inc()
         self._latency(endpoint).observe(seconds)
+
+    def observe_placement(self, placement: str) -> None:
+        self._placement_children[placement].inc()
 
     def observe_engine_error(self, endpoint: str) -> None:
         self.engine_errors.labels(endpoint).inc()

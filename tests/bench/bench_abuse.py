@@ -11,6 +11,9 @@ and its workers, sampled every 20 ms; growth is over the figure at rest).
   no-body        20 connections sending a Content-Length and no body
   withheld       40 connections sending all but the last byte of a 3 MiB body
   deep           request.kind.kind nested 990 levels, then a valid review on the same connection
+  small-slow     max-in-flight connections posting, back to back for 10 s, the slowest reviews that
+                 still begin inline (just under 64 KiB: long shell scripts in 16 containers, quoting,
+                 runs of `$(`), /healthz polled meanwhile; and where they were decided
   sequential     the common path for comparison: 2,000 keep-alive /validate calls, one at a time
   peak           workers x max-in-flight connections posting 2.8 MiB reviews for 10 s: the peak
                  RSS at the concurrency limit with the largest bodies (what the Deployment's
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -150,6 +154,20 @@ def closed_within(socks: list[ssl.SSLSocket], seconds: float, trickle: bytes | N
 # -- probes -------------------------------------------------------------------------------------------
 
 
+def poll_healthz(port: int, ctx: ssl.SSLContext, seconds: list[float], done: threading.Event) -> None:
+    """GET /healthz every 50 ms until `done` (at most 2,000 times), appending each call's seconds."""
+    conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+    while not done.is_set() and len(seconds) < 2000:
+        t = time.perf_counter()
+        try:
+            request(conn, "GET", "/healthz")
+        except (OSError, http.client.HTTPException):  # a timeout is a figure too: the 30 s waited
+            conn.close()
+            conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+        seconds.append(time.perf_counter() - t)
+        time.sleep(0.05)
+
+
 def big_pod_review(target: int = 1_400_000) -> bytes:
     words = ["timeout", "5"] * (target // 14)  # `"timeout","5",` is 14 bytes of JSON
     pod = {
@@ -165,20 +183,7 @@ def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
     body = big_pod_review()
     healthz: list[float] = []
     done = threading.Event()
-
-    def poll() -> None:
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-        while not done.is_set() and len(healthz) < 2000:
-            t = time.perf_counter()
-            try:
-                request(conn, "GET", "/healthz")
-            except (OSError, http.client.HTTPException):  # a timeout is a figure too: the 30 s waited
-                conn.close()
-                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-            healthz.append(time.perf_counter() - t)
-            time.sleep(0.05)
-
-    poller = threading.Thread(target=poll, daemon=True)
+    poller = threading.Thread(target=poll_healthz, args=(port, ctx, healthz, done), daemon=True)
     with Sampler(pid) as mem:
         poller.start()
         conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=120)
@@ -200,6 +205,107 @@ def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
         "healthz_median_s": round(common.median(healthz), 3) if healthz else None,
         "healthz_n": len(healthz),
         "peak_rss_MiB": round(mem.peak / 1024, 1),
+    }
+
+
+def _slow_small_reviews(limit: int = 63 * 1024) -> list[bytes]:
+    """Reviews just under the inline size whose launch lines are the slowest to read per byte."""
+
+    def pod(containers: list[list[str]]) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "slow", "namespace": "ml", "labels": {"trainguard.dev/role": "training"}},
+            "spec": {
+                "containers": [
+                    {
+                        "name": f"t{i}",
+                        "image": "x",
+                        "command": c,
+                        "resources": {"limits": {"nvidia.com/gpu": 8}},
+                    }
+                    for i, c in enumerate(containers)
+                ]
+            },
+        }
+
+    def fill(unit: str, size: int) -> str:
+        return unit * max(1, size // len(unit))
+
+    shapes = [
+        lambda n: pod([["sh", "-c", fill("A=1; echo $A; ", n // 16) + "torchrun t.py"]] * 16),
+        lambda n: pod([["sh", "-c", "torchrun --nnodes=2 t.py " + fill("\"a\\\"b\"'c'\\d$'\\x41' ", n)]]),
+        lambda n: pod([["torchrun", "--nnodes=2", fill("$(", n), "t.py"]]),
+    ]
+    out = []
+    for shape in shapes:
+        n = limit // 2
+        while True:  # grow to just under the limit
+            body = json.dumps(
+                common.admission_review(shape(n), namespace="ml"), separators=(",", ":")
+            ).encode()
+            if len(body) > limit * 0.95:
+                break
+            n = int(n * 1.05)
+        while len(body) > limit:
+            n = int(n * 0.98)
+            body = json.dumps(
+                common.admission_review(shape(n), namespace="ml"), separators=(",", ":")
+            ).encode()
+        out.append(body)
+    return out
+
+
+def probe_small_slow(port: int, ctx: ssl.SSLContext, clients: int, seconds: float) -> dict[str, Any]:
+    bodies = _slow_small_reviews()
+    healthz: list[float] = []
+    answers: list[float] = []
+    statuses: dict[int, int] = {}
+    done = threading.Event()
+    lock = threading.Lock()
+
+    def post(i: int) -> None:
+        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+        k = i
+        while not done.is_set():
+            t = time.perf_counter()
+            try:
+                status, _ = request(conn, "POST", "/validate", bodies[k % len(bodies)])
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+                status = -1
+            with lock:
+                answers.append(time.perf_counter() - t)
+                statuses[status] = statuses.get(status, 0) + 1
+            k += 1
+
+    poller = threading.Thread(target=poll_healthz, args=(port, ctx, healthz, done), daemon=True)
+    posters = [threading.Thread(target=post, args=(i,), daemon=True) for i in range(clients)]
+    poller.start()
+    for thread in posters:
+        thread.start()
+    time.sleep(seconds)
+    done.set()
+    for thread in (*posters, poller):
+        thread.join(35)
+    with urllib.request.urlopen(f"https://{servers.HOST}:{port}/metrics", context=ctx, timeout=10) as resp:
+        metrics = resp.read().decode()
+    placements = {
+        line.split('"')[1]: int(float(line.rsplit(" ", 1)[1]))
+        for line in metrics.splitlines()
+        if line.startswith("trainguard_admission_placements_total{")
+    }
+    return {
+        "body_bytes": [len(b) for b in bodies],
+        "answers": len(answers),
+        "statuses": statuses,
+        "answer_median_s": round(common.median(answers), 3) if answers else None,
+        "answer_max_s": round(max(answers, default=float("nan")), 3),
+        "healthz_max_s": round(max(healthz, default=float("nan")), 3),
+        "healthz_median_s": round(common.median(healthz), 3) if healthz else None,
+        "healthz_n": len(healthz),
+        "placements": placements,
     }
 
 
@@ -377,6 +483,7 @@ def run(
                 ),
             ),
             ("deep", lambda s, c: probe_deep(s.port, c)),
+            ("small-slow", lambda s, c: probe_small_slow(s.port, c, max_in_flight, 5 if quick else 10)),
             ("sequential", lambda s, c: probe_sequential(s.port, c, 500 if quick else 2000)),
             ("peak", lambda s, c: probe_peak(s.port, c, s.pid, workers * max_in_flight, 5 if quick else 10)),
         ]

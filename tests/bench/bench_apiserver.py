@@ -16,7 +16,11 @@ API server, authenticated with the kubeconfig's client certificate, and POSTs th
 with `dryRun=All` (every webhook is called, nothing is written to etcd), at concurrency 1 and 8,
 the three namespaces alternating batch by batch. Its table gives, per concurrency, p50 and p99 of
 each arm and what trainguard adds over the no-op webhooks (the same two calls, deciding nothing)
-and over no webhook at all. The load average is printed before and after.
+and over no webhook at all. A fourth arm, "patch", has a second no-op server whose mutating call
+answers with the very patch trainguard answers for this Pod: what the API server itself spends
+applying a patch (decode, apply, re-decode, default the object) shows as patch minus noop, and
+what trainguard's deciding costs as on minus patch. The load average is printed before and after,
+and each webhook call as the API server timed it, beside trainguard's own handler time.
 
     python tests/bench/bench_apiserver.py [--quick] [--raw-only]
 """
@@ -187,45 +191,36 @@ def run_raw(
     load_after = os.getloadavg()
     rows = []
     summary: dict[str, Any] = {}
+    names = [arm for arm, _ in arms]
     for conc in RAW_CONCURRENCIES:
-        off, nop, on = (sorted(latencies[(arm, conc)]) for arm in ("off", "noop", "on"))
-        p = {
-            name: (percentile(v, 50), percentile(v, 99))
-            for name, v in (("off", off), ("noop", nop), ("on", on))
-        }
-        added_noop = (p["on"][0] - p["noop"][0], p["on"][1] - p["noop"][1])
-        added_off = (p["on"][0] - p["off"][0], p["on"][1] - p["off"][1])
-        rows.append([conc, len(on), *p["off"], *p["noop"], *p["on"], *added_noop, *added_off])
+        p = {arm: _p50_p99(latencies[(arm, conc)]) for arm in names}
+        added = {base: (p["on"][0] - p[base][0], p["on"][1] - p[base][1]) for base in names if base != "on"}
+        rows.append(
+            [conc, len(latencies[("on", conc)]), *(x for arm in names for x in p[arm])]
+            + [x for base in added for x in added[base]]
+        )
         summary[f"raw_c{conc}"] = {
-            "n_per_arm": len(on),
+            "n_per_arm": len(latencies[("on", conc)]),
             "p50_ms": {k: round(v[0], 2) for k, v in p.items()},
             "p99_ms": {k: round(v[1], 2) for k, v in p.items()},
-            "added_over_noop_ms": {"p50": round(added_noop[0], 2), "p99": round(added_noop[1], 2)},
-            "added_over_off_ms": {"p50": round(added_off[0], 2), "p99": round(added_off[1], 2)},
+            **{
+                f"added_over_{base}_ms": {"p50": round(v[0], 2), "p99": round(v[1], 2)}
+                for base, v in added.items()
+            },
         }
     print(
         table(
             "API server, raw keep-alive client: dry-run Pod create latency, ms; no webhook (off), two no-op "
-            f"webhook calls (noop), trainguard's two calls (on); {rounds} alternating rounds; load average "
+            "webhook calls (noop), two no-op calls whose mutating one answers with trainguard's patch for "
+            f"this Pod (patch), trainguard's two calls (on); {rounds} alternating rounds; load average "
             f"{' '.join(f'{x:.2f}' for x in load_before)} before, {' '.join(f'{x:.2f}' for x in load_after)} after",
-            [
-                "conc",
-                "n/arm",
-                "p50 off",
-                "p99 off",
-                "p50 noop",
-                "p99 noop",
-                "p50 on",
-                "p99 on",
-                "p50 on-noop",
-                "p99 on-noop",
-                "p50 on-off",
-                "p99 on-off",
-            ],
+            ["conc", "n/arm"]
+            + [f"{q} {arm}" for arm in names for q in ("p50", "p99")]
+            + [f"{q} on-{base}" for base in added for q in ("p50", "p99")],
             rows,
         )
     )
-    # Two calls per create (mutating, then validating) in both webhook arms.
+    # Two calls per create (mutating, then validating) in every webhook arm.
     calls = {arm: 2 * sum(len(latencies[(arm, c)]) for c in RAW_CONCURRENCIES) for arm in webhooks}
     per_call = {arm: cpu[arm] / calls[arm] * 1000 for arm in webhooks}
     print(
@@ -276,12 +271,19 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
         certs = servers.make_certs(work / "certs")
         tg = servers.trainguard_server(servers.free_port(), certs, work / "trainguard.log")
         noop = servers.noop_server(servers.free_port(), certs, work / "noop.log")
+        patch_file = work / "patch.json"
+        patch_file.write_bytes(json.dumps(_trainguard_patch(objects["Pod"], "bench-patch")).encode())
+        patching = servers.noop_server(servers.free_port(), certs, work / "patch.log", patch_file)
+        namespaces = ("bench-off", "bench-noop", "bench-on", "bench-patch")
         log("apiserver: starting etcd + kube-apiserver …")
-        with ControlPlane(binaries) as plane, tg, noop:
-            for name, url, others in (
-                ("trainguard", tg.url, ("bench-off", "bench-noop")),
-                ("noop", noop.url, ("bench-off", "bench-on")),
+        with ControlPlane(binaries) as plane, tg, noop, patching:
+            # The "patch" webhooks serve only the raw arm: their patch is the Pod's, not the Job's.
+            for name, url, own in (
+                ("trainguard", tg.url, "bench-on"),
+                ("noop", noop.url, "bench-noop"),
+                ("patch", patching.url, "bench-patch"),
             ):
+                others = [ns for ns in namespaces if ns != own]
                 excluded = [arg for ns in others for arg in ("--exclude-namespace", ns)]
                 rendered = subprocess.run(
                     [
@@ -305,14 +307,16 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
                     env=servers.python_env(),
                     timeout=60,
                 ).stdout
-                if name == "noop":  # its own webhook names, so that the API server's metrics tell them apart
+                if (
+                    name != "trainguard"
+                ):  # own webhook names, so that the API server's metrics tell them apart
                     docs = list(yaml.safe_load_all(rendered))
                     for doc in docs:
                         for hook in doc.get("webhooks", []):
-                            hook["name"] = hook["name"].replace(".trainguard.dev", ".noop.trainguard.dev")
+                            hook["name"] = hook["name"].replace(".trainguard.dev", f".{name}.trainguard.dev")
                     rendered = yaml.safe_dump_all(docs)
                 plane.kubectl("apply", "-f", "-", input=rendered)
-            for _, ns in arms:
+            for ns in namespaces:
                 plane.kubectl("create", "namespace", ns)
             k8s_config.load_kube_config(config_file=str(plane.kubeconfig))
             configuration = k8s.Configuration.get_default_copy()
@@ -348,7 +352,13 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
             else:
                 raise RuntimeError("the API server never called the webhook")
             c0 = _metric(tg.url, tg.ca, "trainguard_admission_requests_total")
-            raw = run_raw(plane, objects["Pod"], arms, quick, {"on": tg, "noop": noop})
+            raw = run_raw(
+                plane,
+                objects["Pod"],
+                (*arms, ("patch", "bench-patch")),
+                quick,
+                {"on": tg, "noop": noop, "patch": patching},
+            )
             raw["raw_trainguard_calls"] = _metric(tg.url, tg.ca, "trainguard_admission_requests_total") - c0
             if raw_only:
                 api_client.close()
@@ -481,6 +491,21 @@ def _apiserver_webhook_seconds(plane: Any) -> dict[str, tuple[float, float]]:
                 name = line.split('name="', 1)[1].split('"', 1)[0]
                 out.setdefault(name, [0.0, 0.0])[index] += float(line.rsplit(" ", 1)[1])
     return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def _trainguard_patch(pod: dict[str, Any], namespace: str) -> list[Any]:
+    """The JSON patch trainguard's /mutate answers for `pod`, decided in this process."""
+    from webhook.engine import AdmissionInput
+
+    decision = common.engine_for().review(AdmissionInput(pod, namespace=namespace), validate=False)
+    if not decision.patch:
+        raise RuntimeError("trainguard does not patch the benchmark Pod: the patch arm would measure nothing")
+    return list(decision.patch)
+
+
+def _p50_p99(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return percentile(ordered, 50), percentile(ordered, 99)
 
 
 def _calls_seen(

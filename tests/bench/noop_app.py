@@ -5,13 +5,19 @@ uvicorn with httptools, uvloop and TLS, orjson), same uvicorn settings as webhoo
 admission handlers read the body, parse the AdmissionReview with orjson, and answer allowed with
 the request's uid. Whatever trainguard's app costs beyond this is the price of deciding.
 
+With `--mutate-patch FILE` (a JSON patch), /mutate answers every review with that patch, deciding
+nothing still: set beside trainguard through the API server, it separates what the API server
+spends applying a patch from what trainguard spends deciding it.
+
     python tests/bench/noop_app.py --tls-cert certs/tls.crt --tls-key certs/tls.key --port 8444
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import ssl
+from typing import Any
 
 import orjson
 import uvicorn
@@ -23,8 +29,14 @@ from starlette.routing import Route
 _JSON = "application/json"
 
 
-def create_noop_app() -> Starlette:
-    async def admit(request: Request) -> Response:
+def create_noop_app(mutate_patch: list[Any] | None = None) -> Starlette:
+    patch = (
+        {"patchType": "JSONPatch", "patch": base64.b64encode(orjson.dumps(mutate_patch)).decode()}
+        if mutate_patch
+        else {}
+    )
+
+    async def answer(request: Request, extra: dict[str, str]) -> Response:
         try:
             review = orjson.loads(await request.body())
             uid = review["request"]["uid"]
@@ -33,9 +45,15 @@ def create_noop_app() -> Starlette:
         answer = {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
-            "response": {"uid": uid, "allowed": True},
+            "response": {"uid": uid, "allowed": True, **extra},
         }
         return Response(orjson.dumps(answer), media_type=_JSON)
+
+    async def admit(request: Request) -> Response:
+        return await answer(request, {})
+
+    async def mutate(request: Request) -> Response:
+        return await answer(request, patch)
 
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type=_JSON)
@@ -46,7 +64,7 @@ def create_noop_app() -> Starlette:
     return Starlette(
         routes=[
             Route("/validate", admit, methods=["POST"]),
-            Route("/mutate", admit, methods=["POST"]),
+            Route("/mutate", mutate, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
         ]
@@ -59,10 +77,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tls-key", required=True)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8444)
+    parser.add_argument("--mutate-patch", help="a JSON patch file /mutate answers every review with")
     args = parser.parse_args(argv)
+    mutate_patch = None
+    if args.mutate_patch:
+        with open(args.mutate_patch, "rb") as f:
+            mutate_patch = orjson.loads(f.read())
     # The settings of webhook.server.build(), minus what only trainguard has (reload, drain).
     config = uvicorn.Config(
-        create_noop_app(),
+        create_noop_app(mutate_patch),
         host=args.host,
         port=args.port,
         ssl_certfile=args.tls_cert,

@@ -165,7 +165,8 @@ def trainguard_server(
     return Server("trainguard", argv, port, certs / "ca.crt", log_path)
 
 
-def noop_server(port: int, certs: Path, log_path: Path) -> Server:
+def noop_server(port: int, certs: Path, log_path: Path, mutate_patch: Path | None = None) -> Server:
+    """noop_app.py; with `mutate_patch`, its /mutate answers with that JSON patch file."""
     argv = [
         sys.executable,
         str(BENCH_DIR / "noop_app.py"),
@@ -177,6 +178,7 @@ def noop_server(port: int, certs: Path, log_path: Path) -> Server:
         str(certs / "tls.crt"),
         "--tls-key",
         str(certs / "tls.key"),
+        *(["--mutate-patch", str(mutate_patch)] if mutate_patch else []),
     ]
     return Server("no-op", argv, port, certs / "ca.crt", log_path)
 

@@ -262,3 +262,41 @@ def test_fifo_and_device_paths_are_refused(tmp_path: Path) -> None:
     assert "/dev/zero: refused: a device" in proc.stderr
     assert "pytorchjob-kueue-b.yaml#1" in proc.stdout and "ADMITTED" in proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+def test_check_does_not_import_what_other_commands_run_on() -> None:
+    """The HTTP server, the cluster client and X.509 cost start-up time that `check` has no use for."""
+    script = (
+        "import sys\n"
+        "from webhook.cli import main\n"
+        f"code = main(['check', {str(EXAMPLES / 'pytorchjob-kueue-b.yaml')!r}, '-o', 'json'])\n"
+        "heavy = {'starlette', 'uvicorn', 'kubernetes', 'cryptography'}\n"
+        "print(code, sorted(heavy & {m.split('.')[0] for m in sys.modules}), file=sys.stderr)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.stderr.strip() == "0 []"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["no-such-command"]], ids=["help", "unknown-command"])
+def test_every_command_is_still_listed(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(argv)
+    out, err = capsys.readouterr()
+    for command in ("audit", "certs", "check", "review", "serve", "test", "webhook-config"):
+        assert command in out + err
+
+
+@pytest.mark.skipif(not corpus_files(), reason="the shared corpus is not beside this checkout")
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_a_report_reads_the_same_on_every_run(capsys: pytest.CaptureFixture[str], output: str) -> None:
+    """Patch values are maps CEL builds, with no order of their own: the report sorts their keys,
+    so deciding the same manifests twice prints the same bytes."""
+    files = [str(f) for f in corpus_files()]
+    runs = []
+    for _ in range(3):
+        main(["check", "-o", output, "-j", "1", *files])
+        runs.append(capsys.readouterr().out)
+    assert '"op"' in runs[0] or "op:" in runs[0]  # some manifest was patched
+    assert runs[1:] == runs[:1] * 2

@@ -16,6 +16,7 @@ from webhook.context import context_objects
 from webhook.documents import read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
 from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.workloads import Deferred
 
 NO_GANG_JOB: dict[str, Any] = {
     "apiVersion": "batch/v1",
@@ -95,6 +96,56 @@ def test_a_deadline_in_the_future_changes_nothing(tmp_path: Path) -> None:
     engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="false")]), load_config())
     decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() + 60))
     assert [f.message for f in decision.violations] == ["rule says no"]
+
+
+def _script_job(script: str) -> dict[str, Any]:
+    job = copy.deepcopy(NO_GANG_JOB)
+    job["spec"]["template"]["spec"]["containers"][0]["command"] = ["sh", "-c", script]
+    return job
+
+
+@pytest.mark.parametrize(
+    ("obj", "yield_in", "deferred"),
+    [
+        pytest.param(NO_GANG_JOB, 60.0, False, id="time-left-decides-the-same"),
+        pytest.param(NO_GANG_JOB, -1.0, True, id="instant-past-defers"),
+        pytest.param(
+            _script_job("torchrun --nnodes=4 t.py"), 60.0, False, id="short-launch-line-decides-the-same"
+        ),
+        pytest.param(
+            _script_job("A=1; echo $A; " * 2000 + "torchrun --nnodes=4 t.py"),
+            60.0,
+            True,
+            id="long-launch-line-defers",
+        ),
+    ],
+)
+def test_a_yielding_review_gives_the_same_decision_or_defers(
+    policy_set: PolicySet, config: PlatformConfig, obj: dict[str, Any], yield_in: float, deferred: bool
+) -> None:
+    """A review with `yield_at` either decides as one without, or raises Deferred: never a third
+    answer (no launch-limits warning, no failurePolicy outcome) for having been asked to yield."""
+    engine = Engine(policy_set, config)
+    plain = engine.review(AdmissionInput(object=obj, namespace="ml"))
+    yielding = AdmissionInput(object=obj, namespace="ml", yield_at=time.monotonic() + yield_in)
+    if deferred:
+        with pytest.raises(Deferred):
+            engine.review(yielding)
+    else:
+        again = engine.review(yielding)
+        assert (again.allowed, again.violations, again.warnings, again.patch) == (
+            plain.allowed,
+            plain.violations,
+            plain.warnings,
+            plain.patch,
+        )
+    assert "launch-limits" not in [f.policy for f in plain.warnings]
+
+
+def test_only_the_bounded_runtime_promises_bounded_steps(
+    policy_set: PolicySet, config: PlatformConfig
+) -> None:
+    assert Engine(policy_set, config).steps_bounded is (policy_set.backend.name == "cel-expr-python")
 
 
 def test_a_remembered_object_is_adapted_once_across_calls(tmp_path: Path) -> None:

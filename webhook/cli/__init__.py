@@ -22,23 +22,37 @@ EXIT_DENIED = 1
 EXIT_ERROR = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or only `command`'s subcommand when it names one.
+
+    A subcommand's module imports what it runs on (the HTTP server, the cluster client, X.509),
+    which costs more than a short `check` itself: a command line that names its subcommand
+    builds only that one. `--help`, `--version` and an unknown name get every subcommand.
+    """
     parser = argparse.ArgumentParser(
         prog="trainguard",
         description="Policy-as-code admission for GPU training workloads on Kubernetes.",
     )
     parser.add_argument("--version", action="version", version=f"trainguard {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    # Each module in this package that defines register(sub) is a subcommand.
-    for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not info.name.startswith("_"):
-            module = importlib.import_module(f"{__name__}.{info.name}")
-            module.register(sub)
+    # Each module in this package that defines register(sub) is a subcommand, named after the
+    # module with `-` for `_`.
+    modules = {
+        m.name.replace("_", "-"): m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")
+    }
+    for name in [command] if command in modules else sorted(modules):
+        importlib.import_module(f"{__name__}.{modules[name]}").register(sub)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The subcommand a command line names: its first word, when that is not an option."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command(argv))
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))

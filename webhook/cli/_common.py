@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from webhook import fields
 from webhook.config import PlatformConfig, load_config
-from webhook.context import context_objects, evictions
+from webhook.context import Evictions, context_objects, evictions
 from webhook.documents import Document, load_yaml_documents, read_manifests
 from webhook.engine import (
     AdmissionInput,
@@ -76,17 +77,41 @@ def load_policy_exceptions(args: argparse.Namespace, policies: PolicySet) -> lis
     return exceptions
 
 
+@dataclass(slots=True)
+class Context:
+    """What documents tell the engine about each other: the TrainingRuntimes and PriorityClasses
+    among them, and the evictions their status records (later documents win)."""
+
+    runtimes: dict[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
+    priority_classes: dict[str, int] = field(default_factory=dict)
+    evictions: Evictions = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, docs: list[Document]) -> Context:
+        runtimes, priority_classes = context_objects(doc.data for doc in docs)
+        return cls(runtimes, priority_classes, evictions(doc.data for doc in docs))
+
+    def update(self, later: Context) -> None:
+        """Add what documents after these ones say, as `of` would over both lists."""
+        self.runtimes.update(later.runtimes)
+        self.priority_classes.update(later.priority_classes)
+        self.evictions.update(later.evictions)
+
+
 def build_engine(
     policies: PolicySet, config: PlatformConfig, docs: list[Document], exceptions: Any = ()
 ) -> Engine:
-    runtimes, priority_classes = context_objects(doc.data for doc in docs)
+    return engine_for(policies, config, Context.of(docs), exceptions)
+
+
+def engine_for(policies: PolicySet, config: PlatformConfig, context: Context, exceptions: Any = ()) -> Engine:
     return Engine(
         policies,
         config,
-        runtimes=runtimes,
-        priority_classes=priority_classes,
+        runtimes=context.runtimes,
+        priority_classes=context.priority_classes,
         exceptions=exceptions,
-        cluster={"evictions": evictions(doc.data for doc in docs)},
+        cluster={"evictions": context.evictions},
     )
 
 

@@ -19,11 +19,13 @@ from webhook.engine.exceptions import (
 from webhook.engine.load import default_policies_dir, policy_files
 from webhook.engine.model import Decision, Finding, Outcome, Policy, PolicyResult
 from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.workloads import Deferred
 
 __all__ = [
     "AdmissionInput",
     "CompiledPolicy",
     "Decision",
+    "Deferred",
     "Engine",
     "Finding",
     "Outcome",

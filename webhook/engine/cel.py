@@ -35,6 +35,9 @@ class Program(Protocol):
 
 class Backend(Protocol):
     name: str
+    # Whether one evaluation is bounded whatever the data: the C++ runtime stops a comprehension
+    # at its iteration budget and matches with RE2; pure-Python evaluation has no such bound.
+    bounded: bool
 
     def compile(self, expression: str) -> Program: ...
 
@@ -142,6 +145,7 @@ def _leaks_none(env: Any) -> bool:
 
 class CppBackend:
     name = "cel-expr-python"
+    bounded = True
 
     def __init__(self) -> None:
         from cel_expr_python import cel
@@ -301,6 +305,7 @@ _PY_FUNCTIONS = {"join": _py_join, "_==_": _py_eq, "_!=_": _py_ne}
 
 class PyBackend:
     name = "cel-python"
+    bounded = False
 
     def __init__(self) -> None:
         import logging

@@ -22,7 +22,7 @@ from webhook.engine.compile import CompiledPolicy, PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
 from webhook.nodelevel import node_level_reason
-from webhook.workloads import AdaptContext, build_workload
+from webhook.workloads import AdaptContext, Deferred, build_workload
 from webhook.workloads.common import POD_GROUP_NAME
 from webhook.workloads.model import Workload
 
@@ -47,9 +47,16 @@ class AdmissionInput:
     # A time.monotonic() instant. Policies not yet evaluated when it passes take their
     # failurePolicy outcome, so a slow policy cannot hold the API server past its webhook timeout.
     deadline: float | None = None
+    # A time.monotonic() instant past which the caller would rather decide elsewhere: review()
+    # raises Deferred when it passes (checked between steps), or when reading the launch lines
+    # takes more than INLINE_LAUNCH_STEPS. What it returns before that is the same decision.
+    yield_at: float | None = None
 
 
 BUDGET_EXCEEDED = "time budget exceeded"
+# Launch-line steps a yielding review (AdmissionInput.yield_at) reads before Deferred: about 13 ms
+# at the slowest rate measured (torchrun.limits), far above what real workloads take (thousands).
+INLINE_LAUNCH_STEPS = 16_384
 
 
 class Engine:
@@ -93,6 +100,12 @@ class Engine:
             "oldWorkload" in self._mutation.tree or "oldWorkload" in self._validation.tree
         )
 
+    @property
+    def steps_bounded(self) -> bool:
+        """Whether every step of a review is bounded, so that one with a `yield_at` gives way
+        promptly: launch lines are metered, and the CEL runtime bounds each evaluation."""
+        return self.policies.backend.bounded
+
     def review(
         self,
         inp: AdmissionInput,
@@ -118,6 +131,7 @@ class Engine:
             runtimes={**self.runtimes, **inp.runtimes} if inp.runtimes else self.runtimes,
             priority_classes=self.priority_classes,
             namespace=namespace,
+            launch_allowance=INLINE_LAUNCH_STEPS if inp.yield_at is not None else None,
         )
         # Remembered adaptations are keyed by content and namespace; a call that brings its own
         # runtimes is adapted afresh.
@@ -143,6 +157,7 @@ class Engine:
         if mutate:
             bindings = self._bindings(self._mutation, obj, workload, inp.old_object, old_workload, request)
             for cp in self._mutating:
+                _yield_if_due(inp)
                 result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
                 evaluated.append((cp.policy, result))
             if patcher.ops and validate:
@@ -156,6 +171,7 @@ class Engine:
                 self._validation, patcher.doc, workload, inp.old_object, old_workload, request
             )
             for cp in self._validating:
+                _yield_if_due(inp)
                 result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
                 evaluated.append((cp.policy, result))
 
@@ -354,6 +370,11 @@ class _Adapted:
                 del self._known[next(iter(self._known))]  # the oldest
             self._known[key] = workload
         return workload
+
+
+def _yield_if_due(inp: AdmissionInput) -> None:
+    if inp.yield_at is not None and monotonic() >= inp.yield_at:
+        raise Deferred("the time allowed to decide here ran out")
 
 
 def _node_level(inp: AdmissionInput) -> str | None:

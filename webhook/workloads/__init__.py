@@ -29,8 +29,9 @@ from webhook.workloads import (
 from webhook.workloads.classify import finish
 from webhook.workloads.common import AdaptContext, Draft
 from webhook.workloads.model import Workload
+from webhook.workloads.torchrun import Deferred
 
-__all__ = ["AdaptContext", "build_workload"]
+__all__ = ["AdaptContext", "Deferred", "build_workload"]
 
 _ADAPTERS: dict[tuple[str, str], Callable[[Draft], None]] = {
     ("kubeflow.org", "PyTorchJob"): pytorchjob.adapt,

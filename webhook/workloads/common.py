@@ -71,6 +71,8 @@ class AdaptContext:
     runtimes: Mapping[tuple[str | None, str], dict[str, Any]] = field(default_factory=dict)
     priority_classes: Mapping[str, int] = field(default_factory=dict)  # PriorityClass name -> value
     namespace: str | None = None  # default namespace for objects without one
+    # Steps of launch-line reading allowed before raising torchrun.Deferred (None: the caps only).
+    launch_allowance: int | None = None
 
 
 # --------------------------------------------------------------------------------------------
@@ -225,6 +227,8 @@ class Draft:
         name = text(meta.get("name")) or text(meta.get("generateName")) or ""
         namespace = text(meta.get("namespace")) or ctx.namespace
         d = cls(obj, ctx, info, name, namespace, labels, annotations, spec)
+        if ctx.launch_allowance is not None:
+            d.launch_budget = WorkloadBudget(allowance=ctx.launch_allowance)
         queue = labels.get(QUEUE_LABEL)
         if queue and info.group != "batch.volcano.sh":  # Kueue has no Volcano Job integration
             d.queue_name = queue

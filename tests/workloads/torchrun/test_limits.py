@@ -7,9 +7,9 @@ import shlex
 import pytest
 
 from webhook.config import load_config
-from webhook.workloads import AdaptContext, build_workload
+from webhook.workloads import AdaptContext, Deferred, build_workload
 from webhook.workloads.torchrun import ARGV, LIMIT, parse_launch
-from webhook.workloads.torchrun.limits import MAX_CONTAINERS, MAX_WORKLOAD_WORK
+from webhook.workloads.torchrun.limits import MAX_CONTAINERS, MAX_WORKLOAD_WORK, WorkloadBudget
 
 
 def _nested(script: str, levels: int) -> str:
@@ -91,3 +91,55 @@ def test_a_workload_repeating_long_launch_lines_stops_at_its_budget() -> None:
     assert {t.limit for t in specs[len(read) :]} <= {
         f"the workload's launch lines together take more than {MAX_WORKLOAD_WORK:,} steps"
     }
+
+
+# -- a caller's allowance: Deferred, never a fact about the workload ----------------------------------
+
+
+def _script_pod(script: str, containers: int = 1) -> dict[str, object]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {
+            "containers": [
+                {"name": f"c{i}", "image": "x", "command": ["sh", "-c", script]} for i in range(containers)
+            ]
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("script", "containers", "deferred"),
+    [
+        pytest.param("torchrun --nnodes=2 t.py", 1, False, id="a-real-launch-line"),
+        pytest.param("A=1; echo $A; " * 2000 + "torchrun --nnodes=2 t.py", 1, True, id="one-long-script"),
+        pytest.param(
+            "A=1; echo $A; " * 300 + "torchrun --nnodes=2 t.py", 8, True, id="short-scripts-adding-up"
+        ),
+    ],
+)
+def test_an_allowance_defers_what_would_take_longer_and_reads_the_rest_the_same(
+    script: str, containers: int, deferred: bool
+) -> None:
+    """Within the allowance the workload reads as without one; past it, Deferred, and without an
+    allowance the same workload reads within the caps (no launch-limits warning)."""
+    pod = _script_pod(script, containers)
+    unlimited = build_workload(pod, AdaptContext(config=load_config(), namespace="ml"))
+    assert unlimited is not None
+    assert all(t.limit is None and t.nnodes == "2" for _, _, t in unlimited.torchrun)
+    allowed = AdaptContext(config=load_config(), namespace="ml", launch_allowance=16_384)
+    if deferred:
+        with pytest.raises(Deferred):
+            build_workload(pod, allowed)
+    else:
+        assert build_workload(pod, allowed) == unlimited
+
+
+def test_an_allowance_meter_defers_instead_of_reporting_a_cap() -> None:
+    meter = WorkloadBudget(allowance=100).meter()
+    meter.charge(100)
+    with pytest.raises(Deferred):
+        meter.charge(1)
+    uncapped = WorkloadBudget().meter()
+    uncapped.charge(100_000)  # far below MAX_WORK: nothing raised

@@ -41,6 +41,14 @@ class OverLimit(Exception):
     """A cap was reached: the message says which, in words a user can act on."""
 
 
+class Deferred(Exception):
+    """A caller's allowance (WorkloadBudget.allowance) ran out before the caps did.
+
+    Not a fact about the workload: the caller reads it again where the full caps apply (the
+    webhook decides small objects on its event loop, and defers the rare long one to a thread).
+    """
+
+
 @dataclass(slots=True)
 class Meter:
     """Work done on one container's launch line; raises OverLimit past MAX_WORK or MAX_NESTED.
@@ -53,10 +61,13 @@ class Meter:
     nested: int = 0
     budget: int = MAX_WORK
     reason: str = f"reading it takes more than {MAX_WORK:,} steps (expansions too long)"
+    defers: bool = False  # the budget is a caller's allowance: past it, Deferred, not OverLimit
 
     def charge(self, units: int) -> None:
         self.work += units
         if self.work > self.budget:
+            if self.defers:
+                raise Deferred(f"more than {self.budget:,} steps of launch lines")
             raise OverLimit(self.reason)
 
     def nest(self) -> None:
@@ -75,9 +86,16 @@ class WorkloadBudget:
     """The work left for the launch lines of one workload (limits.MAX_WORKLOAD_WORK)."""
 
     remaining: int = MAX_WORKLOAD_WORK
+    # Steps a caller allows before it would rather read the workload elsewhere (Deferred); None:
+    # the caps alone apply. Below the caps, so that what is read within it reads the same.
+    allowance: int | None = None
 
     def meter(self) -> Meter:
         """A meter for the next container: its own cap, or what the workload has left if less."""
+        if self.allowance is not None:
+            allowed = self.allowance - (MAX_WORKLOAD_WORK - self.remaining)
+            if allowed < min(MAX_WORK, self.remaining):
+                return Meter(budget=max(0, allowed), defers=True)
         if self.remaining >= MAX_WORK:
             return Meter()
         reason = f"the workload's launch lines together take more than {MAX_WORKLOAD_WORK:,} steps"
