@@ -268,3 +268,27 @@ def test_both_cel_backends_decide_the_corpus_identically(config: PlatformConfig)
                 b.patch,
                 [(f.policy, f.message) for f in b.violations + b.warnings],
             ), doc.source
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("validate", [True, False], ids=["mutate-and-validate", "mutate-only"])
+def test_each_phase_sees_what_its_own_policies_read(tmp_path: Path, backend: str, validate: bool) -> None:
+    # CEL is handed, per phase, only what that phase's policies read: the mutation here reads
+    # `workload.kind` and the job's parallelism, the validation `workload.totalPods` and the
+    # pool parameter; neither may miss what it reads because the other phase does not read it.
+    (tmp_path / "m.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: label\nspec:\n"
+        "  mode: Enforce\n  mutations:\n    - name: kind\n      patchExpression: >-\n"
+        '        [{"op": "set", "path": "/metadata/labels/seen", "value": workload.kind + "-" +\n'
+        "          string(object.spec.parallelism)}]\n"
+    )
+    (tmp_path / "v.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: size\nspec:\n"
+        "  mode: Enforce\n  validations:\n    - expression: workload.totalPods < 4\n"
+        "      messageExpression: \"string(workload.totalPods) + ' pods in pool ' + params.pools.training\"\n"
+    )
+    engine = Engine(load_policy_set([tmp_path], backend), load_config())
+    decision = engine.review(AdmissionInput(object=NO_GANG_JOB), validate=validate)
+    assert decision.patch == [{"op": "add", "path": "/metadata/labels", "value": {"seen": "Job-4"}}]
+    expected = ["4 pods in pool training"] if validate else []
+    assert [f.message for f in decision.violations] == expected
