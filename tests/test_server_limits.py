@@ -417,26 +417,21 @@ def test_sigterm_with_a_slow_decision_in_flight_exits_within_the_grace_period(
     assert "shutdown requested: not ready, still serving" in messages
 
 
-def test_workers_stop_when_their_supervisor_is_killed(files: Path) -> None:
+def _two_workers(files: Path) -> tuple[list[str], int]:
+    """`trainguard serve --workers 2` on a free port of 127.0.0.1, and that port."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     argv = [
-        *(
-            sys.executable,
-            "-m",
-            "webhook",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-        ),
+        *(sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", str(port)),
+        *("--workers", "2", "--policies", str(files / "policies"), "--shutdown-delay", "0"),
         *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
-        *("--policies", str(files / "policies"), "--shutdown-delay", "0"),
     ]
+    return argv, port
+
+
+def test_workers_stop_when_their_supervisor_is_killed(files: Path) -> None:
+    argv, port = _two_workers(files)
     process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.DEVNULL)
     try:
         with httpx.Client(verify=client_context(files), timeout=1) as client:
@@ -497,25 +492,7 @@ def test_large_bodies_share_a_byte_budget_and_small_ones_pass(files: Path) -> No
 
 
 def test_with_two_workers_every_scrape_counts_every_admission(files: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    argv = [
-        *(
-            sys.executable,
-            "-m",
-            "webhook",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "2",
-        ),
-        *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
-        *("--policies", str(files / "policies"), "--shutdown-delay", "0"),
-    ]
+    argv, port = _two_workers(files)
     process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
     base = f"https://127.0.0.1:{port}"
     try:
