@@ -216,18 +216,43 @@ DEPTHS = [
     pytest.param(b'{"a":"' + b"[" * 500 + b'"}', True, id="brackets-inside-a-string"),
     pytest.param(rb'{"a":"x\"[[[[\\","b":' + _lists(3) + b"}", True, id="escaped-quotes-in-a-string"),
     pytest.param(b"[" + b"[1]," * 5000 + b"[1]]", True, id="wide-and-shallow"),
+    # More brackets than the rounds take (review._ROUNDS_UP_TO): depth summed in one pass.
+    pytest.param(
+        b"[" + b"[1]," * 5000 + _lists(review.MAX_DEPTH - 1) + b"]",
+        True,
+        id="wide-with-a-branch-at-the-limit",
+    ),
+    pytest.param(
+        b"[" + b"[1]," * 5000 + _lists(review.MAX_DEPTH) + b"]", False, id="wide-with-a-branch-one-past"
+    ),
+    # The depth carried from one chunk of brackets into the next.
+    pytest.param(
+        b"[" * 50 + b"[1]," * 40_000 + _lists(50) + b"]" * 50, True, id="deep-after-two-chunks-at-the-limit"
+    ),
+    pytest.param(
+        b"[" * 50 + b"[1]," * 40_000 + _lists(51) + b"]" * 50, False, id="deep-after-two-chunks-one-past"
+    ),
 ]
 
 
 @pytest.mark.parametrize(("body", "accepted"), DEPTHS)
 def test_nesting_is_bounded_on_the_text(body: bytes, accepted: bool) -> None:
-    """loads() counts every container, empty ones too, and sees no bracket inside a string."""
+    """Every container counts, empty ones too, and no bracket inside a string does."""
     if accepted:
-        assert review.loads(body) == orjson.loads(body)
+        review._check_text_depth(body)
     else:
         with pytest.raises(ReviewError) as caught:
-            review.loads(body)
+            review._check_text_depth(body)
         assert "nested deeper than 100 levels" in caught.value.describe()
+
+
+def test_nesting_is_read_across_chunks_of_the_text() -> None:
+    """A body longer than a chunk, its cuts falling inside strings that hold brackets."""
+    filler = b'"' + b"[" * 1000 + b'",'
+    count = 3 * review._TEXT_CHUNK // len(filler)
+    review._check_text_depth(b"[" + filler * count + b"1]")
+    with pytest.raises(ReviewError):
+        review._check_text_depth(b"[" + filler * count + b"[" * 100 + b"]" * 100 + b"]")
 
 
 # -- build_response -------------------------------------------------------------------------------

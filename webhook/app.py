@@ -213,7 +213,6 @@ async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> R
         except review.ReviewError as exc:
             return _reject(state, endpoint, _Rejected(400, "malformed", exc.describe()), start)
         inline = len(body) <= state.inline_body_bytes and engine.steps_bounded
-        del body
         timings: dict[str, float] | None = {} if state.metrics.sample() else None
         try:
             if inline:
@@ -223,7 +222,7 @@ async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> R
                 # decided afresh there, so /healthz never waits more than a slice.
                 try:
                     answer = _decide(
-                        engine, endpoint, raw, deadline, timings, monotonic() + INLINE_SLICE_SECONDS
+                        engine, endpoint, raw, body, deadline, timings, monotonic() + INLINE_SLICE_SECONDS
                     )
                     state.metrics.observe_placement("inline")
                     return _respond(state, endpoint, answer, start)
@@ -232,7 +231,7 @@ async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> R
                     timings = {} if timings is not None else None
             else:
                 state.metrics.observe_placement("thread")
-            work = state.threads.submit(lambda: _decide(engine, endpoint, raw, deadline, timings))
+            work = state.threads.submit(lambda: _decide(engine, endpoint, raw, body, deadline, timings))
             # The engine stops between policies at the deadline; a single step that overruns it
             # (an object too large to adapt in time) is answered here, a little later.
             answer = await asyncio.wait_for(asyncio.shield(work), max(0.0, deadline - monotonic()) + 0.25)
@@ -283,14 +282,15 @@ def _decide(
     engine: Engine,
     endpoint: _Endpoint,
     raw: Any,
+    body: bytes,
     deadline: float,
     timings: dict[str, float] | None,
     yield_at: float | None = None,
 ) -> _Answer:
-    """Check the review (ReviewError propagates), then decide; nothing else escapes but Deferred,
-    which only a `yield_at` (an inline decision) raises."""
+    """Check the review decoded from `body` (ReviewError propagates), then decide; nothing else
+    escapes but Deferred, which only a `yield_at` (an inline decision) raises."""
     try:
-        parsed = review.parse_review(raw)
+        parsed = review.parse_review(raw, body)
     except review.ReviewError:
         raise
     except Exception as exc:  # MemoryError, or a bug in the checks: still a 400, never a 500
