@@ -6,6 +6,7 @@ latency meanwhile, connections closed, and the server's memory (Pss summed over 
 and its workers, sampled every 20 ms; growth is over the figure at rest).
 
   big-pod        one Pod whose container command repeats `timeout 5` (about 1.4 MB)
+  nested-3MB     ≈3 MB of lists nested 95 deep side by side: the nesting check's slowest text
   headers-16MiB  one connection sending 16 MiB of a single header line as fast as it can
   slowloris      200 connections sending their headers at 1 byte/s
   no-body        20 connections sending a Content-Length and no body
@@ -179,8 +180,20 @@ def big_pod_review(target: int = 1_400_000) -> bytes:
     return json.dumps(common.admission_review(pod, namespace="ml"), separators=(",", ":")).encode()
 
 
-def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
-    body = big_pod_review()
+def nested_blocks_review(target: int = 3_000_000) -> bytes:
+    """≈3 MB (the API server's request limit) of lists nested 95 deep, side by side: the slowest
+    text for the nesting check, which takes a round of the whole text per level."""
+    block = b"[" * 95 + b"]" * 95
+    inner = b"[" + b",".join([block] * (target // (len(block) + 1))) + b"]"
+    head = (
+        b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u",'
+        b'"operation":"CREATE","object":{"apiVersion":"v1","kind":"Pod","metadata":{"name":"n"},"x":'
+    )
+    return head + inner + b"}}}"
+
+
+def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int, body: bytes | None = None) -> dict[str, Any]:
+    body = big_pod_review() if body is None else body
     healthz: list[float] = []
     done = threading.Event()
     poller = threading.Thread(target=poll_healthz, args=(port, ctx, healthz, done), daemon=True)
@@ -455,6 +468,7 @@ def run(
         servers.make_certs(tmp / "certs")
         probes: list[tuple[str, Callable[[servers.Server, ssl.SSLContext], dict[str, Any]]]] = [
             ("big-pod", lambda s, c: probe_big_pod(s.port, c, s.pid)),
+            ("nested-3MB", lambda s, c: probe_big_pod(s.port, c, s.pid, nested_blocks_review())),
             ("headers-16MiB", lambda s, c: probe_headers(s.port, c, s.pid)),
             (
                 "slowloris",
