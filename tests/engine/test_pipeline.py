@@ -292,3 +292,41 @@ def test_each_phase_sees_what_its_own_policies_read(tmp_path: Path, backend: str
     assert decision.patch == [{"op": "add", "path": "/metadata/labels", "value": {"seen": "Job-4"}}]
     expected = ["4 pods in pool training"] if validate else []
     assert [f.message for f in decision.violations] == expected
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("validate", [True, False], ids=["validation", "mutation"])
+def test_list_elements_carry_every_field_a_policy_reads_through_macros_and_variables(
+    tmp_path: Path, backend: str, validate: bool
+) -> None:
+    # CEL is handed, of each group and container, only the fields some macro or variable reads:
+    # each one read here must arrive (a missing one would fail the policy with "no such key").
+    (tmp_path / "m.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: label\nspec:\n"
+        "  mode: Enforce\n  variables:\n"
+        "    - name: wide\n      expression: workload.groups.filter(g, g.replicas > 1)\n"
+        "  mutations:\n    - name: names\n      patchExpression: >-\n"
+        '        [{"op": "set", "path": "/metadata/labels/seen", "value":\n'
+        "          variables.wide.map(g, g.containers.map(c, c.name + '-' + string(c.gpus)).join('.')).join('_')\n"
+        "          + '-' + variables.wide[0].fieldPrefix}]\n"
+    )
+    (tmp_path / "v.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: names\nspec:\n"
+        "  mode: Enforce\n  variables:\n"
+        "    - name: wide\n      expression: >-\n"
+        "        workload.kind == 'Pod' ? [] : workload.groups.filter(g, g.replicas > 1)\n"
+        "  validations:\n    - expression: variables.wide.size() == 0\n"
+        "      messageExpression: >-\n"
+        "        variables.wide.map(g, g.name + ' runs ' + string(g.replicas) + ' pods of ' +\n"
+        "          g.containers.map(c, c.name).join(', ')).join('; ')\n"
+        "      fieldExpression: variables.wide[0].fieldPrefix + 'spec.containers'\n"
+    )
+    engine = Engine(load_policy_set([tmp_path], backend), load_config())
+    decision = engine.review(AdmissionInput(object=NO_GANG_JOB), validate=validate)
+    assert decision.patch == [
+        {"op": "add", "path": "/metadata/labels", "value": {"seen": "t-0-spec.template."}}
+    ]
+    if validate:
+        assert [(f.message, f.field) for f in decision.violations] == [
+            ("main runs 4 pods of t", "spec.template.spec.containers")
+        ]

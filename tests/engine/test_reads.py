@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from webhook.engine.reads import reads, trim
+from webhook.engine.reads import PolicySources, policy_reads, reads, trim
 
 VARIABLES = ("object", "workload", "params")
 
@@ -18,9 +18,7 @@ VARIABLES = ("object", "workload", "params")
             ["workload.gang.queueName != ''"], {"workload": {"gang": {"queueName": {}}}}, id="a-chain"
         ),
         pytest.param(
-            ["workload.groups.all(g, g.replicas > 0)"],
-            {"workload": {"groups": {}}},
-            id="a-method-ends-the-chain",
+            ["workload.groups.join(',')"], {"workload": {"groups": {}}}, id="a-method-reads-the-whole-value"
         ),
         pytest.param(['workload["class"] == "A"'], {"workload": {"class": {}}}, id="index-by-a-literal-key"),
         pytest.param(["object == oldObject"], {"object": {}}, id="bare-use-reads-everything"),
@@ -36,6 +34,70 @@ VARIABLES = ("object", "workload", "params")
             ["size(object.metadata.labels) > 0"], {"object": {"metadata": {"labels": {}}}}, id="an-argument"
         ),
         pytest.param(["variables.workload.x"], {}, id="a-field-named-like-a-variable"),
+        # Lists iterated by a macro keep, of each element, what the macro's argument reads.
+        pytest.param(
+            ["workload.groups.all(g, g.replicas > 0)"],
+            {"workload": {"groups": {"*": {"replicas": {}}}}},
+            id="a-macro-reads-element-fields",
+        ),
+        pytest.param(
+            ["workload.groups.filter(g, g.patchable).map(g, g.containers.map(c, c.pointer))"],
+            {"workload": {"groups": {"*": {"patchable": {}, "containers": {"*": {"pointer": {}}}}}}},
+            id="nested-macros-and-a-filter-followed-by-a-map",
+        ),
+        pytest.param(
+            ["workload.groups.map(g, g.containers.map(g, g.name))"],
+            {"workload": {"groups": {"*": {"containers": {"*": {"name": {}}}}}}},
+            id="an-inner-variable-shadows-the-outer-one",
+        ),
+        pytest.param(
+            ["workload.groups.exists(workload, workload.name == 'x') && workload.kind == 'Pod'"],
+            {"workload": {"groups": {"*": {"name": {}}}, "kind": {}}},
+            id="a-macro-variable-shadows-a-cel-variable-only-inside",
+        ),
+        pytest.param(
+            ["workload.groups.map(g, g)"], {"workload": {"groups": {"*": {}}}}, id="a-bare-element-is-whole"
+        ),
+        pytest.param(
+            ["workload.groups.exists(g, g in object.spec.x)"],
+            {"workload": {"groups": {"*": {}}}, "object": {"spec": {"x": {}}}},
+            id="an-element-used-with-in-is-whole",
+        ),
+        pytest.param(
+            ["workload.groups.exists(g, g.name == 'g.replicas') // g.gpus"],
+            {"workload": {"groups": {"*": {"name": {}}}}},
+            id="literals-and-comments-in-a-macro-are-not-reads",
+        ),
+        pytest.param(
+            ["workload.groups.filter(g, g.name == 'w')[0].replicas"],
+            {"workload": {"groups": {"*": {"name": {}, "replicas": {}}}}},
+            id="a-literal-index-reads-an-element",
+        ),
+        pytest.param(
+            ["workload.groups[i].replicas"],
+            {"workload": {"groups": {}}},
+            id="any-other-index-reads-everything",
+        ),
+        pytest.param(
+            ["workload.groups.filter(g, g.replicas > 1) == []"],
+            {"workload": {"groups": {}}},
+            id="a-filter-result-used-as-it-is-is-whole",
+        ),
+        pytest.param(
+            ["workload.groups.size() > 1"],
+            {"workload": {"groups": {"*": {"": {}}}}},
+            id="a-size-reads-no-element",
+        ),
+        pytest.param(
+            ["workload.labels.all(k, k != '')"],
+            {"workload": {"labels": {"*": {}}}},
+            id="a-macro-over-a-map-iterates-its-keys",
+        ),
+        pytest.param(
+            ["workload.groups.all(i, g, g.replicas > 0)"],
+            {"workload": {"groups": {}}},
+            id="a-two-variable-macro-reads-everything",
+        ),
     ],
 )
 def test_reads_finds_the_paths_each_variable_is_read_at(sources: list[str], expected: dict[str, Any]) -> None:
@@ -48,10 +110,167 @@ def test_reads_finds_the_paths_each_variable_is_read_at(sources: list[str], expe
         pytest.param(
             {"a": {"b": 1, "c": 2}, "d": 3}, {"a": {"b": {}}}, {"a": {"b": 1}}, id="keeps-read-paths"
         ),
-        pytest.param({"a": [1, 2]}, {"a": {"x": {}}}, {"a": [1, 2]}, id="a-list-is-kept-whole"),
+        pytest.param({"a": [1, 2]}, {"a": {"x": {}}}, {"a": [1, 2]}, id="a-list-read-by-a-field-is-whole"),
+        pytest.param(
+            {"a": [{"b": 1, "c": 2}, {"b": 3}]},
+            {"a": {"*": {"b": {}}}},
+            {"a": [{"b": 1}, {"b": 3}]},
+            id="list-elements-keep-their-read-paths",
+        ),
+        pytest.param(
+            {"a": {"k": {"b": 1}}},
+            {"a": {"*": {"b": {}}}},
+            {"a": {"k": {"b": 1}}},
+            id="an-iterated-map-is-whole",
+        ),
+        pytest.param(
+            {"a": [{"b": 1}]}, {"a": {"*": {"": {}}}}, {"a": [{}]}, id="sized-elements-keep-nothing"
+        ),
         pytest.param({"a": 1}, {"missing": {}}, {}, id="absent-stays-absent"),
         pytest.param({"a": 1}, {}, {"a": 1}, id="empty-tree-is-whole"),
     ],
 )
 def test_trim_keeps_only_the_paths_read(value: Any, tree: Any, expected: Any) -> None:
     assert trim(value, tree) == expected
+
+
+@pytest.mark.parametrize(
+    ("variables", "expressions", "expected"),
+    [
+        pytest.param(
+            [("big", "workload.groups.filter(g, g.replicas > 1)")],
+            ["variables.big.size() == 0", "variables.big.map(g, g.name).join(', ')"],
+            {"workload": {"groups": {"*": {"replicas": {}, "name": {}}}}},
+            id="a-variable-holding-filtered-elements",
+        ),
+        pytest.param(
+            [("big", "workload.kind == 'Pod' ? [] : workload.groups.filter(g, g.replicas > 1)")],
+            ["variables.big[0].fieldPrefix"],
+            {"workload": {"kind": {}, "groups": {"*": {"replicas": {}, "fieldPrefix": {}}}}},
+            id="behind-a-guard-that-gives-an-empty-list",
+        ),
+        pytest.param(
+            [("big", "workload.groups.filter(g, g.replicas > 1)")],
+            ["string(variables.big)"],
+            {"workload": {"groups": {}}},
+            id="a-variable-used-bare-is-whole",
+        ),
+        pytest.param(
+            [("big", "workload.groups.filter(g, g.replicas > 1)")],
+            ["variables.size() > 0"],
+            {"workload": {"groups": {}}},
+            id="the-variables-map-used-whole",
+        ),
+        pytest.param(
+            [("big", "workload.groups.filter(g, g.replicas > 1) + []")],
+            ["variables.big[0].name"],
+            {"workload": {"groups": {}}},
+            id="a-variable-that-is-more-than-the-elements",
+        ),
+        pytest.param(
+            [("big", "workload.groups.filter(g, g.replicas > 1)"), ("first", "variables.big[0]")],
+            ["variables.first.containers.map(c, c.name)"],
+            {"workload": {"groups": {"*": {"replicas": {}, "containers": {"*": {"name": {}}}}}}},
+            id="a-variable-of-a-variable",
+        ),
+    ],
+)
+def test_policy_variables_holding_elements_are_followed(
+    variables: list[tuple[str, str]], expressions: list[str], expected: dict[str, Any]
+) -> None:
+    assert policy_reads([PolicySources(variables, expressions)], VARIABLES) == expected
+
+
+def test_a_variable_name_is_followed_only_in_its_own_policy() -> None:
+    policies = [
+        PolicySources([("x", "workload.groups.filter(g, g.replicas > 1)")], ["variables.x.size() > 0"]),
+        PolicySources([], ["variables.x[0].name == ''"]),  # another policy's variable: not this list
+    ]
+    assert policy_reads(policies, VARIABLES) == {"workload": {"groups": {"*": {"replicas": {}}}}}
+
+
+TORCHRUN_JOB: dict[str, Any] = {
+    "apiVersion": "kubeflow.org/v1",
+    "kind": "PyTorchJob",
+    "metadata": {"name": "llm", "namespace": "ml", "labels": {"team": "a"}},
+    "spec": {
+        "pytorchReplicaSpecs": {
+            "Worker": {
+                "replicas": 2,
+                "template": {
+                    "spec": {
+                        "terminationGracePeriodSeconds": 90,
+                        "containers": [
+                            {
+                                "name": "trainer",
+                                "command": ["torchrun", "--nnodes=2", "--nproc-per-node=8", "train.py"],
+                                "resources": {"limits": {"nvidia.com/gpu": 8}},
+                            },
+                            {"name": "sidecar"},
+                        ],
+                    }
+                },
+            }
+        }
+    },
+}
+
+
+def _workloads() -> list[Any]:
+    from tests.conftest import corpus_files
+    from webhook.config import load_config
+    from webhook.documents import read_manifests
+    from webhook.workloads import AdaptContext, build_workload
+
+    ctx = AdaptContext(config=load_config(), runtimes={}, priority_classes={}, namespace="default")
+    objects = [TORCHRUN_JOB] + [d.data for d in read_manifests([str(p) for p in corpus_files()])]
+    out = []
+    for obj in objects:
+        try:
+            workload = build_workload(obj, ctx)
+        except Exception:  # an object the adapters refuse has no view
+            continue
+        if workload is not None:
+            out.append(workload)
+    return out
+
+
+def _shipped_trees() -> list[Any]:
+    from webhook.engine import default_policies_dir, load_policy_set
+    from webhook.engine.pipeline import policy_sources
+
+    policy_set = load_policy_set([default_policies_dir()], "cel-expr-python")
+    return [
+        policy_reads(policy_sources(policies), ["workload"]).get("workload", {})
+        for policies in (policy_set.mutating, policy_set.validating)
+    ]
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        pytest.param(0, id="shipped-mutations"),
+        pytest.param(1, id="shipped-validations"),
+        pytest.param({}, id="whole"),
+        pytest.param(
+            {"groups": {"*": {"fieldPrefix": {}, "containers": {"*": {"name": {}}}}}}, id="elements"
+        ),
+        pytest.param({"torchrun": {"*": {"containerField": {}, "sources": {"nnodes": {}}}}}, id="torchrun"),
+        pytest.param({"torchrun": {"*": {"": {}}}, "groups": {"*": {}}, "labels": {"*": {}}}, id="sized"),
+        pytest.param(
+            {"gang": {"gaps": {"*": {"field": {}}}}, "elastic": {"min": {}}}, id="optional-and-dicts"
+        ),
+        pytest.param({"*": {}}, id="the-workload-iterated"),
+    ],
+)
+def test_the_trimmed_view_is_the_whole_view_with_unread_paths_left_out(tree: Any) -> None:
+    # What CEL is handed for `workload`: built directly with just the paths read, it must be
+    # exactly the whole view trimmed to them, on every workload (a phase index: the shipped
+    # policies' own paths).
+    from webhook.workloads.model import viewer
+
+    if isinstance(tree, int):
+        tree = _shipped_trees()[tree]
+    view = viewer(tree)
+    for workload in _workloads():
+        assert view(workload) == trim(workload.view(), tree), workload.name

@@ -24,7 +24,7 @@ from webhook.engine.mutate import Patcher
 from webhook.nodelevel import node_level_reason
 from webhook.workloads import AdaptContext, Deferred, build_workload
 from webhook.workloads.common import POD_GROUP_NAME
-from webhook.workloads.model import Workload
+from webhook.workloads.model import Workload, viewer
 
 
 class Exemption(Protocol):
@@ -299,23 +299,19 @@ _Run = Callable[
 _READ_VARIABLES = ("object", "oldObject", "workload", "oldWorkload", "params", "cluster")
 
 
-def policy_sources(policies: Sequence[CompiledPolicy]) -> list[str]:
-    """Every CEL source of the policies: what engine/reads.py reads the variables' paths from."""
-    out: list[str] = []
+def policy_sources(policies: Sequence[CompiledPolicy]) -> list[reads.PolicySources]:
+    """Every CEL source of the policies, each policy's variables apart: what engine/reads.py reads
+    the variables' paths from."""
+    out: list[reads.PolicySources] = []
     for cp in policies:
         p = cp.policy
-        out += [m.expression.source for m in p.match_conditions]
-        out += [v.expression.source for v in p.variables]
+        expressions = [m.expression.source for m in p.match_conditions]
         for v in p.validations:
-            out.append(v.expression.source)
-            out += [e.source for e in (v.message_expression, v.field_expression) if e is not None]
-        out += [m.patch_expression.source for m in p.mutations]
+            expressions.append(v.expression.source)
+            expressions += [e.source for e in (v.message_expression, v.field_expression) if e is not None]
+        expressions += [m.patch_expression.source for m in p.mutations]
+        out.append(reads.PolicySources([(v.name, v.expression.source) for v in p.variables], expressions))
     return out
-
-
-def _top_keys(tree: reads.Tree | None) -> frozenset[str] | None:
-    """The top-level keys of a path tree, None for the whole value (or an unread one)."""
-    return frozenset(tree) if tree else None
 
 
 class _Reads:
@@ -323,14 +319,15 @@ class _Reads:
     and the values that do not change between requests (params, cluster) trimmed to it and
     converted once."""
 
-    __slots__ = ("tree", "_view_keys", "constants")
+    __slots__ = ("tree", "_viewers", "constants")
 
     def __init__(
         self, policies: Sequence[CompiledPolicy], backend: Any, params: Any, cluster: Mapping[str, Any]
     ) -> None:
-        self.tree = reads.reads(policy_sources(policies), _READ_VARIABLES)
-        self._view_keys = {
-            variable: _top_keys(self.tree.get(variable)) for variable in ("workload", "oldWorkload")
+        self.tree = reads.policy_reads(policy_sources(policies), _READ_VARIABLES)
+        # Made once per policy set: each builds the view with just the paths read (model.viewer).
+        self._viewers = {
+            variable: viewer(self.tree.get(variable) or {}) for variable in ("workload", "oldWorkload")
         }
         self.constants = backend.prepare(
             {"params": self.trimmed("params", params), "cluster": self.trimmed("cluster", cluster)}
@@ -342,11 +339,9 @@ class _Reads:
         return None if tree is None or value is None else reads.trim(value, tree)
 
     def view(self, workload: Workload | None, variable: str) -> Any:
-        # The view is built with the top-level keys read; below them it is small enough that
-        # trimming would cost more than the conversion it saves.
         if workload is None or variable not in self.tree:
             return None
-        return workload.view(self._view_keys[variable])
+        return self._viewers[variable](workload)
 
 
 class _Adapted:

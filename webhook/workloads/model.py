@@ -7,7 +7,7 @@ where PyTorchJob and JobSet keep their replica counts.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Literal
 
@@ -212,9 +212,9 @@ class Workload:
     def torchrun(self) -> tuple[tuple[PodGroup, Container, TorchrunSpec], ...]:
         return tuple((g, c, c.torchrun) for g in self.groups for c in g.containers if c.torchrun is not None)
 
-    def view(self, keys: Collection[str] | None = None) -> dict[str, Any]:
-        """The CEL `workload` variable: plain JSON-like data, camelCase keys; only `keys` when given
-        (the engine builds just what its policies read).
+    def view(self) -> dict[str, Any]:
+        """The CEL `workload` variable: plain JSON-like data, camelCase keys (viewer() builds just
+        the paths the policies read).
 
         Containers carry name, pointer and accelerators, not their raw command line and env
         (those are on `object`; torchrun's parsed facts are in `torchrun`). Besides the fields,
@@ -223,25 +223,8 @@ class Workload:
         TrainJob, "" for a Pod) and each
         torchrun entry's container field path.
         """
-        names = _view_fields(type(self)) or ()
-        out: dict[str, Any] = {}
-        for name, key in names:
-            if keys is None or key in keys:
-                v = getattr(self, name)
-                out[key] = v if type(v) in _SCALARS else _to_view(v)
-        if "groups" in out:
-            for group, gv in zip(self.groups, out["groups"], strict=True):
-                gv["fieldPrefix"] = (
-                    pointer_to_path(group.template_pointer) + "."
-                    if group.template_pointer
-                    else group.source_field + "."
-                    if group.source_field
-                    else ""
-                )
-        for key, compute in _COMPUTED.items():
-            if keys is None or key in keys:
-                out[key] = compute(self)
-        return out
+        view: dict[str, Any] = _to_view(self)
+        return view
 
     def _torchrun_view(self) -> list[dict[str, Any]]:
         return [
@@ -263,14 +246,23 @@ class Workload:
         return sum(g.replicas for g in self.groups if g.name in torchrun_groups)
 
 
-# The view's keys computed from the fields rather than copied from one.
-_COMPUTED: dict[str, Callable[[Workload], Any]] = {
-    "member": lambda w: w.member,
-    "torchrun": Workload._torchrun_view,
-    "torchrunPods": Workload._torchrun_pods,
-    "gpuPods": lambda w: sum(g.replicas for g in w.groups if g.gpus_per_pod > 0),
-    "podLabelValue": lambda w: pod_label_value(w.group_identity),
-    "suspendField": lambda w: pointer_to_path(w.suspend_path) if w.suspend_path else None,
+def _field_prefix(group: PodGroup) -> str:
+    if group.template_pointer:
+        return pointer_to_path(group.template_pointer) + "."
+    return group.source_field + "." if group.source_field else ""
+
+
+# The view's keys computed from the fields rather than copied from one, after the fields.
+_COMPUTED: dict[type, dict[str, Callable[[Any], Any]]] = {
+    Workload: {
+        "member": lambda w: w.member,
+        "torchrun": Workload._torchrun_view,
+        "torchrunPods": Workload._torchrun_pods,
+        "gpuPods": lambda w: sum(g.replicas for g in w.groups if g.gpus_per_pod > 0),
+        "podLabelValue": lambda w: pod_label_value(w.group_identity),
+        "suspendField": lambda w: pointer_to_path(w.suspend_path) if w.suspend_path else None,
+    },
+    PodGroup: {"fieldPrefix": _field_prefix},
 }
 
 
@@ -326,9 +318,126 @@ def _to_view(value: Any) -> Any:
         for name, key in names:
             v = getattr(value, name)
             out[key] = v if type(v) in _SCALARS else _to_view(v)
+        computed = _COMPUTED.get(cls)
+        if computed:
+            for key, compute in computed.items():
+                out[key] = compute(value)
         return out
     if isinstance(value, tuple | list):
         return [v if type(v) in _SCALARS else _to_view(v) for v in value]
     if isinstance(value, dict):
         return {k: v if type(v) in _SCALARS else _to_view(v) for k, v in value.items()}
     return value
+
+
+# A view with only some paths, in the form webhook/engine/reads.py writes them: {} is the whole
+# value; a map lists the keys kept, each with its own paths; under "*", the paths kept of each
+# element of a list (a map iterated or sized, whose keys are its elements, is kept whole).
+Paths = Mapping[str, Any]
+View = Callable[[Any], Any]
+_ELEMENT = "*"
+
+
+def viewer(paths: Paths) -> View:
+    """A function that renders a Workload's view (or any value's) with only `paths`.
+
+    Made once per policy set: each call then copies just what the policies read, where building
+    the whole view and trimming it would walk every container and torchrun spec on every request.
+    What it renders is the whole view with the unread paths left out, nothing else.
+    """
+    if not paths:
+        return _to_view
+    plans: dict[type, View] = {}
+
+    def render(value: Any) -> Any:
+        cls = type(value)
+        plan = plans.get(cls)
+        if plan is None:
+            plan = plans[cls] = _plan(cls, paths)
+        return plan(value)
+
+    return render
+
+
+def _plan(cls: type, paths: Paths) -> View:
+    """How to render a value of type `cls` with only `paths`."""
+    if cls in _SCALARS:
+        return _same
+    names = _view_fields(cls)
+    if names is not None and _ELEMENT not in paths:
+        # None: the field is read whole (copied inline, as _to_view does, without a call)
+        copied = tuple(
+            (name, key, viewer(paths[key]) if paths[key] else None) for name, key in names if key in paths
+        )
+        planned = _PLANNED.get(cls, {})
+        derived = tuple(
+            planned[key](paths[key]) if key in planned else _then(compute, viewer(paths[key]))
+            for key, compute in _COMPUTED.get(cls, {}).items()
+            if key in paths
+        )
+        keys = tuple(key for key in _COMPUTED.get(cls, {}) if key in paths)
+
+        def render(value: Any) -> dict[str, Any]:
+            out = {}
+            for name, key, view in copied:
+                v = getattr(value, name)
+                if view is not None:
+                    out[key] = view(v)
+                else:
+                    out[key] = v if type(v) in _SCALARS else _to_view(v)
+            for key, compute in zip(keys, derived, strict=True):
+                out[key] = compute(value)
+            return out
+
+        return render
+    if issubclass(cls, tuple | list):
+        element = paths.get(_ELEMENT)
+        if element is None:  # a list read by a field name is an error whatever it holds
+            return _to_view
+        each = viewer(element)
+        return lambda value: [each(v) for v in value]
+    if issubclass(cls, dict) and _ELEMENT not in paths:
+        kept = tuple((key, viewer(sub)) for key, sub in paths.items())
+        return lambda value: {key: view(value[key]) for key, view in kept if key in value}
+    return _to_view
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _then(compute: Callable[[Any], Any], view: View) -> View:
+    if view is _to_view:
+        return compute  # computed values are plain data already
+    return lambda value: view(compute(value))
+
+
+_TORCHRUN_ENTRY = ("group", "container", "containerPointer", "containerField", "gpus")
+
+
+def _torchrun_plan(paths: Paths) -> View:
+    """The `torchrun` view with only `paths` of each entry, built without the parts not read."""
+    element = paths.get(_ELEMENT)
+    if not element:  # read whole, or by a field name
+        return Workload._torchrun_view
+    spec = viewer(element)
+    keep = frozenset(k for k in _TORCHRUN_ENTRY if k in element)
+
+    def render(workload: Workload) -> list[dict[str, Any]]:
+        out = []
+        for g, c, t in workload.torchrun:
+            entry = {
+                "group": g.name,
+                "container": c.name,
+                "containerPointer": c.pointer,
+                "containerField": pointer_to_path(c.pointer) if "containerField" in keep else None,
+                "gpus": c.gpus,
+            }
+            out.append({k: v for k, v in entry.items() if k in keep} | spec(t))
+        return out
+
+    return render
+
+
+# Computed keys that can be built for some paths directly, not built whole and trimmed.
+_PLANNED: dict[type, dict[str, Callable[[Paths], View]]] = {Workload: {"torchrun": _torchrun_plan}}
