@@ -261,16 +261,18 @@ def _shipped_trees() -> list[Any]:
             {"gang": {"gaps": {"*": {"field": {}}}}, "elastic": {"min": {}}}, id="optional-and-dicts"
         ),
         pytest.param({"*": {}}, id="the-workload-iterated"),
+        pytest.param({"torchrun": {"*": {"*": {}}}}, id="a-torchrun-entry-iterated"),
     ],
 )
 def test_the_trimmed_view_is_the_whole_view_with_unread_paths_left_out(tree: Any) -> None:
     # What CEL is handed for `workload`: built directly with just the paths read, it must be
     # exactly the whole view trimmed to them, on every workload (a phase index: the shipped
     # policies' own paths).
-    from webhook.workloads.model import viewer
+    from webhook.workloads.model import Workload, compiled_viewer, viewer
 
     if isinstance(tree, int):
         tree = _shipped_trees()[tree]
-    view = viewer(tree)
+    views = viewer(tree), compiled_viewer(Workload, tree)
     for workload in _workloads():
-        assert view(workload) == trim(workload.view(), tree), workload.name
+        expected = trim(workload.view(), tree)
+        assert [view(workload) for view in views] == [expected, expected], workload.name

@@ -24,7 +24,7 @@ from webhook.engine.mutate import Patcher
 from webhook.nodelevel import node_level_reason
 from webhook.workloads import AdaptContext, Deferred, build_workload
 from webhook.workloads.common import POD_GROUP_NAME
-from webhook.workloads.model import Workload, viewer
+from webhook.workloads.model import Workload, compiled_viewer
 
 
 class Exemption(Protocol):
@@ -327,7 +327,8 @@ class _Reads:
         self.tree = reads.policy_reads(policy_sources(policies), _READ_VARIABLES)
         # Made once per policy set: each builds the view with just the paths read (model.viewer).
         self._viewers = {
-            variable: viewer(self.tree.get(variable) or {}) for variable in ("workload", "oldWorkload")
+            variable: compiled_viewer(Workload, self.tree.get(variable) or {})
+            for variable in ("workload", "oldWorkload")
         }
         self.constants = backend.prepare(
             {"params": self.trimmed("params", params), "cluster": self.trimmed("cluster", cluster)}

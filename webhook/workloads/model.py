@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from webhook.fields import pointer_to_path
 
@@ -418,9 +419,9 @@ _TORCHRUN_ENTRY = ("group", "container", "containerPointer", "containerField", "
 def _torchrun_plan(paths: Paths) -> View:
     """The `torchrun` view with only `paths` of each entry, built without the parts not read."""
     element = paths.get(_ELEMENT)
-    if not element:  # read whole, or by a field name
+    if not element or _ELEMENT in element:  # read whole, by a field name, or an entry iterated
         return Workload._torchrun_view
-    spec = viewer(element)
+    spec = compiled_viewer(TorchrunSpec, element)
     keep = frozenset(k for k in _TORCHRUN_ENTRY if k in element)
 
     def render(workload: Workload) -> list[dict[str, Any]]:
@@ -441,3 +442,91 @@ def _torchrun_plan(paths: Paths) -> View:
 
 # Computed keys that can be built for some paths directly, not built whole and trimmed.
 _PLANNED: dict[type, dict[str, Callable[[Paths], View]]] = {Workload: {"torchrun": _torchrun_plan}}
+
+
+def compiled_viewer(cls: type, paths: Paths) -> View:
+    """viewer(paths) for values of the dataclass `cls`, as one generated function.
+
+    The view of a workload is built on every admission, per phase. viewer() makes a call or
+    two per value it renders; this writes the whole rendering, from the field types, as one
+    expression of nested dict displays and comprehensions, about half the work. Where a type
+    does not say enough (Any, a union), the generated code calls viewer() for that part.
+    """
+    if not paths or _ELEMENT in paths or _view_fields(cls) is None:
+        return viewer(paths)
+    emitter = _Emitter()
+    body = emitter.dataclass("v0", cls, paths)
+    namespace = emitter.names
+    exec(compile(f"def render(v0):\n    return {body}\n", f"<view of {cls.__name__}>", "exec"), namespace)
+    render: View = namespace["render"]
+    return render
+
+
+_NONE = type(None)
+_SCALAR_TYPES = frozenset((str, int, float, bool, _NONE))
+
+
+def _scalar(hint: Any) -> bool:
+    origin = get_origin(hint)
+    if origin is Literal:
+        return True
+    if origin is Union or origin is UnionType:
+        return all(_scalar(a) for a in get_args(hint))
+    return hint in _SCALAR_TYPES
+
+
+class _Emitter:
+    """Writes the Python expression that renders a value with only some paths (compiled_viewer)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, Any] = {"_to_view": _to_view}
+        self._count = 0
+
+    def _new(self, prefix: str) -> str:
+        self._count += 1
+        return f"{prefix}{self._count}"
+
+    def constant(self, value: Any) -> str:
+        name = self._new("_c")
+        self.names[name] = value
+        return name
+
+    def value(self, code: str, hint: Any, paths: Paths) -> str:
+        if _scalar(hint):
+            return code
+        origin, args = get_origin(hint), get_args(hint)
+        if not paths:
+            # what _to_view makes of a map or list of scalars, without its call per item
+            if origin is dict and len(args) == 2 and _scalar(args[1]):
+                return f"dict({code})"
+            if origin is tuple and len(args) == 2 and args[1] is Ellipsis and _scalar(args[0]):
+                return f"list({code})"
+            return f"_to_view({code})"
+        if (origin is Union or origin is UnionType) and len(args) == 2 and _NONE in args:
+            kind = args[0] if args[1] is _NONE else args[1]
+            return f"(None if {code} is None else {self.value(code, kind, paths)})"
+        if isinstance(hint, type) and _view_fields(hint) is not None and _ELEMENT not in paths:
+            return self.dataclass(code, hint, paths)
+        element = paths.get(_ELEMENT)
+        if element is not None and origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+            item = self._new("v")
+            return f"[{self.value(item, args[0], element)} for {item} in {code}]"
+        if origin is dict and element is None and len(args) == 2 and not any(paths.values()):
+            key = self._new("k")
+            value = self.value(f"{code}[{key}]", args[1], {})
+            return f"{{{key}: {value} for {key} in {self.constant(tuple(paths))} if {key} in {code}}}"
+        return f"{self.constant(viewer(paths))}({code})"
+
+    def dataclass(self, code: str, cls: type, paths: Paths) -> str:
+        hints = get_type_hints(cls)
+        items = [
+            f"{key!r}: {self.value(f'{code}.{name}', hints[name], paths[key])}"
+            for name, key in _view_fields(cls) or ()
+            if key in paths
+        ]
+        planned = _PLANNED.get(cls, {})
+        for key, compute in _COMPUTED.get(cls, {}).items():
+            if key in paths:
+                render = planned[key](paths[key]) if key in planned else _then(compute, viewer(paths[key]))
+                items.append(f"{key!r}: {self.constant(render)}({code})")
+        return "{" + ", ".join(items) + "}"
