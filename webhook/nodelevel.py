@@ -38,16 +38,22 @@ def node_level_reason(pod: Mapping[str, Any]) -> str | None:
         ):
             return f"node-level Pod: owned by DaemonSet {ref.get('name')}"
     spec = pod.get("spec")
-    if not isinstance(spec, Mapping) or _asks_for_accelerators(spec):
+    if not isinstance(spec, Mapping):
         return None
+    reason = None
     priority_class = spec.get("priorityClassName")
     if priority_class in CRITICAL_PRIORITY_CLASSES:
-        return f"node-level Pod: priority class {priority_class}"
-    tolerations = spec.get("tolerations")
-    for tol in tolerations if isinstance(tolerations, list) else ():
-        if isinstance(tol, Mapping) and not tol.get("key") and tol.get("operator") == "Exists":
-            return "node-level Pod: tolerates every taint"
-    return None
+        reason = f"node-level Pod: priority class {priority_class}"
+    else:
+        tolerations = spec.get("tolerations")
+        for tol in tolerations if isinstance(tolerations, list) else ():
+            if isinstance(tol, Mapping) and not tol.get("key") and tol.get("operator") == "Exists":
+                reason = "node-level Pod: tolerates every taint"
+                break
+    # Every Pod admitted passes here: its containers are read only when the shape is an agent's.
+    if reason is None or _asks_for_accelerators(spec):
+        return None
+    return reason
 
 
 def _asks_for_accelerators(spec: Mapping[str, Any]) -> bool:
