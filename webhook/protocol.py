@@ -126,7 +126,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._disarm()
         super().on_message_complete()
 
-
     # -- helpers --------------------------------------------------------------------------------
 
     def _arm(self, seconds: float, what: str) -> None:

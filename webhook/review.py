@@ -195,11 +195,12 @@ def _check_text_depth(body: bytes) -> None:
     Computed with bytes methods (C speed): walking a decoded 12 KB review in Python cost about
     0.25 ms, a third of a decision. Real objects nest about 20 levels (managedFields included).
     Strings go first. Backslashes come in escape pairs (`\\\\` dropped first, then `\\"`), so
-    what remains of `"` delimits strings. Only quotes and brackets matter after that, a tenth of a
-    review's text (_marks). Only brackets outside strings are kept, all of one kind; each round
-    removes the innermost pairs present at its start (bytes.replace does not match what its own
-    removals join), so the rounds needed are the depth; at most MAX_DEPTH rounds, each on a
-    shorter text than the one before. Many brackets are summed in one pass instead (_ROUNDS_UP_TO).
+    what remains of `"` delimits strings. Only quotes and brackets matter after that, about a
+    tenth of a review's text, so one translate keeps just those. Only brackets outside strings
+    are kept (_brackets_of), all of one kind; each round removes the innermost pairs present at
+    its start (bytes.replace does not match what its own removals join), so the rounds needed
+    are the depth; at most MAX_DEPTH rounds, each on a shorter text than the one before. Many
+    brackets are summed in one pass instead (_ROUNDS_UP_TO).
     """
     if b"\\" in body:  # a search is much cheaper than the two copies
         body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
