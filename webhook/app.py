@@ -1,4 +1,4 @@
-"""The webhook's HTTP layer: a Starlette app over review.py and the engine, built by create_app().
+"""The webhook's HTTP layer: an ASGI app over review.py and the engine, built by create_app().
 
 Errors are reported in two separate ways (as kopf and Kyverno do):
 
