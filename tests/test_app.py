@@ -438,7 +438,7 @@ FAILURES_WHILE_READING = [
 def test_an_error_while_reading_a_review_is_a_400_never_a_500(
     client: TestClient, monkeypatch: pytest.MonkeyPatch, step: str, error: BaseException, named: str
 ) -> None:
-    def fail(*args: Any) -> Any:
+    def fail(*args: Any, **kwargs: Any) -> Any:
         raise error
 
     monkeypatch.setattr(review, step, fail)

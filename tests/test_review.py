@@ -216,6 +216,20 @@ DEPTHS = [
     pytest.param(b'{"a":"' + b"[" * 500 + b'"}', True, id="brackets-inside-a-string"),
     pytest.param(rb'{"a":"x\"[[[[\\","b":' + _lists(3) + b"}", True, id="escaped-quotes-in-a-string"),
     pytest.param(b"[" + b"[1]," * 5000 + b"[1]]", True, id="wide-and-shallow"),
+    # A managedFields key holds braces (and escaped quotes) inside a string.
+    pytest.param(
+        rb'{"k:{\"name\":\"x\"}":' + _lists(review.MAX_DEPTH - 1) + b"}",
+        True,
+        id="braces-in-a-key-at-the-limit",
+    ),
+    pytest.param(
+        rb'{"k:{\"name\":\"x\"}":' + _lists(review.MAX_DEPTH) + b"}", False, id="braces-in-a-key-one-past"
+    ),
+    pytest.param(
+        b'["a","' + b"]" * 200 + b'",' + _lists(review.MAX_DEPTH) + b"]",
+        False,
+        id="closing-brackets-in-a-string",
+    ),
     # More brackets than the rounds take (review._ROUNDS_UP_TO): depth summed in one pass.
     pytest.param(
         b"[" + b"[1]," * 5000 + _lists(review.MAX_DEPTH - 1) + b"]",

@@ -508,6 +508,61 @@ def _content_length(data: bytes) -> int:
     return 0
 
 
+# -- the write path ---------------------------------------------------------------------------------
+
+
+def _connect(server: WebhookServer, files: Path) -> ssl.SSLSocket:
+    raw = socket.create_connection(("127.0.0.1", server.port), timeout=WAIT)
+    return client_context(files).wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+ONE_RECORD = [
+    pytest.param(b"".join(raw_request(REVIEW)), b"HTTP/1.1 200 OK", id="admission"),
+    pytest.param(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", b"HTTP/1.1 200 OK", id="probe"),
+    pytest.param(
+        b"GET /validate HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        b"HTTP/1.1 405",
+        id="admission-path-wrong-method",
+    ),
+]
+
+
+@pytest.mark.parametrize(("request_bytes", "status"), ONE_RECORD)
+def test_a_response_reaches_the_client_in_one_tls_record(
+    server: WebhookServer, files: Path, request_bytes: bytes, status: bytes
+) -> None:
+    """Head and body in one write: one TLS record, one wake-up of the client (a read returns one record)."""
+    with _connect(server, files) as tls:
+        for _ in range(2):  # and again on the same connection
+            tls.sendall(request_bytes)
+            first = tls.recv(65536)
+            head, _, body = first.partition(b"\r\n\r\n")
+            assert head.startswith(status)
+            assert len(body) == _content_length(first) > 0
+
+
+def test_a_head_request_gets_its_headers(server: WebhookServer, files: Path) -> None:
+    with _connect(server, files) as tls:
+        tls.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        head = tls.recv(65536)
+        assert head.startswith(b"HTTP/1.1 200 OK") and head.endswith(b"\r\n\r\n")
+        tls.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # the connection still serves
+        assert read_response(tls).endswith(b'{"status":"ok"}')
+
+
+def test_a_client_expecting_100_continue_gets_it_before_sending_the_body(
+    server: WebhookServer, files: Path
+) -> None:
+    head, body = raw_request(REVIEW)
+    with _connect(server, files) as tls:
+        tls.sendall(head.replace(b"\r\n\r\n", b"\r\nExpect: 100-continue\r\n\r\n"))
+        assert tls.recv(65536) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        tls.sendall(body)
+        response = read_response(tls)
+    assert response.startswith(b"HTTP/1.1 200 OK")
+    assert orjson.loads(response.partition(b"\r\n\r\n")[2])["response"]["uid"] == UID
+
+
 def test_graceful_shutdown_turns_not_ready_keeps_serving_then_drains(files: Path) -> None:
     settings = settings_for(files, shutdown_delay=0.5)
     server = build(settings)

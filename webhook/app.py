@@ -1,4 +1,4 @@
-"""The webhook's HTTP layer: a Starlette app over review.py and the engine, built by create_app().
+"""The webhook's HTTP layer: an ASGI app over review.py and the engine, built by create_app().
 
 Errors are reported in two separate ways (as kopf and Kyverno do):
 
@@ -24,7 +24,6 @@ no patch on /mutate), with a message saying so, well before the API server's tim
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from dataclasses import dataclass, field
 from time import monotonic, perf_counter
@@ -35,6 +34,7 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from webhook import logs, review
 from webhook.engine import Decision, Deferred, Engine, Finding
@@ -127,14 +127,15 @@ class _Answer:
     timings: dict[str, float] | None = None
 
 
-def create_app(state: ServerState) -> Starlette:
-    """The ASGI app: /validate, /mutate, /healthz, /readyz, /metrics over `state`."""
+def create_app(state: ServerState) -> ASGIApp:
+    """The ASGI app: /validate, /mutate, /healthz, /readyz, /metrics over `state`.
 
-    async def validate(request: Request) -> Response:
-        return await _guarded(state, VALIDATE, request)
-
-    async def mutate(request: Request) -> Response:
-        return await _guarded(state, MUTATE, request)
+    A POST to /validate or /mutate, nearly every call the server gets, goes straight to its
+    handler; everything else (probes, metrics, a wrong method or path, lifespan) goes through
+    Starlette's routing. The admission handler answers every exception itself (_guarded), so
+    Starlette's error middleware, router, Request and per-route wrapper would only add work to it:
+    together about a tenth of the server's time outside the engine.
+    """
 
     async def healthz(request: Request) -> Response:
         return Response(b'{"status":"ok"}', media_type=_JSON)
@@ -150,7 +151,14 @@ def create_app(state: ServerState) -> Starlette:
     async def metrics(request: Request) -> Response:
         return Response(state.metrics.render(), headers={"content-type": METRICS_CONTENT_TYPE})
 
-    return Starlette(
+    # The same handlers as routes: a GET is answered 405 naming POST, as on any other route.
+    async def validate(request: Request) -> Response:
+        return await _guarded(state, VALIDATE, request.scope, request.receive)
+
+    async def mutate(request: Request) -> Response:
+        return await _guarded(state, MUTATE, request.scope, request.receive)
+
+    routes = Starlette(
         routes=[
             Route("/validate", validate, methods=["POST"]),
             Route("/mutate", mutate, methods=["POST"]),
@@ -159,13 +167,24 @@ def create_app(state: ServerState) -> Starlette:
             Route("/metrics", metrics, methods=["GET"]),
         ]
     )
+    admissions = {"/validate": VALIDATE, "/mutate": MUTATE}
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        endpoint = admissions.get(scope["path"]) if scope["type"] == "http" else None
+        if endpoint is None or scope["method"] != "POST":
+            await routes(scope, receive, send)
+            return
+        response = await _guarded(state, endpoint, scope, receive)
+        await response(scope, receive, send)
+
+    return app
 
 
-async def _guarded(state: ServerState, endpoint: _Endpoint, request: Request) -> Response:
+async def _guarded(state: ServerState, endpoint: _Endpoint, scope: Scope, receive: Receive) -> Response:
     """_admit(), with the last word on anything it did not foresee: a 400 naming the error, never a 500."""
     start = perf_counter()
     try:
-        return await _admit(state, endpoint, request)
+        return await _admit(state, endpoint, scope, receive, start)
     except Exception as exc:  # RecursionError, MemoryError, a bug: the API server applies failurePolicy
         state.metrics.observe_engine_error(endpoint.name)
         state.logger.error(
@@ -181,8 +200,9 @@ async def _guarded(state: ServerState, endpoint: _Endpoint, request: Request) ->
         return _reject(state, endpoint, failed, start)
 
 
-async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> Response:
-    start = perf_counter()
+async def _admit(
+    state: ServerState, endpoint: _Endpoint, scope: Scope, receive: Receive, start: float
+) -> Response:
     deadline = monotonic() + state.budget
     try:
         await state.slots.acquire()
@@ -199,8 +219,9 @@ async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> R
     reserved = 0
     try:
         try:
-            reserved = _reserve_large_body(state, request)
-            body = await _read_body(request, state.max_body_bytes)
+            content_type, declared = _body_headers(scope)
+            reserved = _reserve_large_body(state, declared)
+            body = await _read_body(receive, content_type, declared, state.max_body_bytes)
             engine = state.engine
             if engine is None:
                 raise _Rejected(503, "not-ready", "no policy set is loaded yet")
@@ -254,7 +275,7 @@ async def _admit(state: ServerState, endpoint: _Endpoint, request: Request) -> R
             release()
 
 
-def _reserve_large_body(state: ServerState, request: Request) -> int:
+def _reserve_large_body(state: ServerState, declared: str | None) -> int:
     """Bytes reserved for a large body, or _Rejected (429) when large bodies use up their budget.
 
     A decision holds about 15 times its body in memory (the decoded object, the workload view,
@@ -262,7 +283,6 @@ def _reserve_large_body(state: ServerState, request: Request) -> int:
     usual 10 KB. So bodies past LARGE_BODY_BYTES also draw on a byte budget per worker; one
     large body is always let through, so any body under the size limit can be decided.
     """
-    declared = request.headers.get("content-length")
     size = int(declared) if declared is not None and declared.isdigit() else state.max_body_bytes
     if size < LARGE_BODY_BYTES or size > state.max_body_bytes:  # small, or a 413 without reading it
         return 0
@@ -290,14 +310,15 @@ def _decide(
     """Check the review decoded from `body` (ReviewError propagates), then decide; nothing else
     escapes but Deferred, which only a `yield_at` (an inline decision) raises."""
     try:
-        parsed = review.parse_review(raw, body)
+        parsed = review.parse_review(raw, body, deadline=deadline, yield_at=yield_at)
     except review.ReviewError:
         raise
     except Exception as exc:  # MemoryError, or a bug in the checks: still a 400, never a 500
         raise review.ReviewError(f"cannot read the AdmissionReview: {type(exc).__name__}") from None
-    inp = dataclasses.replace(parsed.admission, deadline=deadline, yield_at=yield_at)
     try:
-        decision = engine.review(inp, mutate=endpoint.mutate, validate=endpoint.validate, timings=timings)
+        decision = engine.review(
+            parsed.admission, mutate=endpoint.mutate, validate=endpoint.validate, timings=timings
+        )
     except Deferred:
         raise
     except InputError as exc:  # an object the adapters cannot read (replicas: "abc"): the user's to fix
@@ -374,20 +395,27 @@ def _too_slow(state: ServerState, endpoint: _Endpoint, uid: str, start: float) -
     return _json(200, {"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "response": response})
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+def _body_headers(scope: Scope) -> tuple[str | None, str | None]:
+    """The request's Content-Type and Content-Length (the first of each; uvicorn lowercases names)."""
+    content_type = declared = None
+    for name, value in scope["headers"]:
+        if name == b"content-type" and content_type is None:
+            content_type = value.decode("latin-1")
+        elif name == b"content-length" and declared is None:
+            declared = value.decode("latin-1")
+    return content_type, declared
+
+
+async def _read_body(receive: Receive, content_type: str | None, declared: str | None, limit: int) -> bytes:
     """The body, after the Content-Type check, read in chunks and abandoned past `limit` bytes."""
-    headers = request.headers
-    content_type = headers.get("content-type")
     if content_type is None or content_type.partition(";")[0].strip().lower() != _JSON:
         raise _Rejected(400, "content-type", f"header Content-Type must be {_JSON}, got {content_type!r}")
-    declared = headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
             raise _Rejected(400, "malformed", f"header Content-Length is not a number: {declared!r}")
         if int(declared) > limit:
             raise _too_large(limit)
     # ASGI receive() directly: what Request.stream() does, without an async generator per request.
-    receive = request.receive
     chunks: list[bytes] = []
     size = 0
     while True:

@@ -161,5 +161,15 @@ def _policies(findings: list[Any]) -> list[str]:
     return list(dict.fromkeys(f.policy for f in findings))
 
 
+# (whole second, its text): a busy server writes many records a second, and strftime is most of
+# a timestamp's cost. One tuple, replaced whole, so threads that log at once read a matching pair.
+_last_second: tuple[int, str] = (-1, "")
+
+
 def _timestamp(created: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+    global _last_second
+    second = int(created)
+    last = _last_second
+    if last[0] != second:
+        last = _last_second = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+    return f"{last[1]}.{int(created % 1 * 1000):03d}Z"

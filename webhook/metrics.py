@@ -176,6 +176,7 @@ class Metrics:
         self._audit_result_keys: set[tuple[str, str]] = set()
         self._request_children: dict[tuple[str, str, str, str], Counter] = {}
         self._latency_children: dict[str, Histogram] = {}
+        self._rejected_children: dict[tuple[str, str], Counter] = {}
         self._policy_children: dict[str, Histogram] = {}
         self._policy_error_children: dict[str, Counter] = {}
 
@@ -195,7 +196,12 @@ class Metrics:
         self._latency(endpoint).observe(seconds)
 
     def observe_rejected(self, endpoint: str, reason: str, seconds: float) -> None:
-        self.rejected.labels(endpoint, reason).inc()
+        # A flood of calls answered 429 must stay cheap: the child is looked up once per pair.
+        key = (endpoint, reason)
+        child = self._rejected_children.get(key)
+        if child is None:
+            child = self._rejected_children[key] = self.rejected.labels(endpoint, reason)  # fixed reasons
+        child.inc()
         self._latency(endpoint).observe(seconds)
 
     def observe_placement(self, placement: str) -> None:

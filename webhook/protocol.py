@@ -10,6 +10,12 @@ request path. So the few limits the webhook needs are added here, on top of uvic
   Content-Length with a withheld body frees its buffer and its admission slot;
 - header bytes and header count: past either, 431 and close, before the headers are handed on.
 
+One change to the write path: a response's status line and headers are held back and written
+with its body, in one write (_OneWrite). uvicorn writes them separately, and each write to a TLS
+transport is a TLS record and a send() of its own that wakes the client: for a response of a few
+hundred bytes, two of everything. On loopback that send() was the largest single cost of an
+admission outside the engine.
+
 A refusal is followed by a lingering close (as nginx's `lingering_close`): closing a socket
 while the client's bytes sit unread in the kernel makes the kernel send a reset, and a reset can
 destroy the refusal before the client has read it; a client still trickling headers always has
@@ -24,7 +30,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
 __all__ = ["LINGER_SECONDS", "HttpLimits", "limited_protocol"]
 
@@ -111,7 +117,10 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._in_headers = False
         self._header_bytes = 0
         self._arm(self.limits.body_timeout, "request body")
+        before = self.cycle
         super().on_headers_complete()
+        if self.cycle is not before:  # the cycle made for this request writes its response in one piece
+            self.cycle.transport = _OneWrite(self.transport, self.cycle)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -157,6 +166,49 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
     def _close(self) -> None:
         if not self.transport.is_closing():
             self.transport.close()
+
+
+class _OneWrite:
+    """The transport as one request's cycle sees it: the response head is held until the body comes.
+
+    uvicorn's cycle writes the status line and headers when the response starts, then each body
+    chunk; the head is kept here and joined to the first body chunk, which Starlette sends right
+    after it. Nothing else is held: a "100 Continue" (written before the response starts) goes
+    out at once, the head of a response to HEAD (which has no body write) too, and a head still
+    held when the cycle closes the connection (a response the app left unfinished) is written
+    first.
+    """
+
+    __slots__ = ("_cycle", "_head_seen", "_held", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, cycle: RequestResponseCycle) -> None:
+        self._transport = transport
+        self._cycle = cycle
+        self._head_seen = False
+        self._held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._held is not None:
+            data, self._held = self._held + data, None
+        elif not self._head_seen and self._cycle.response_started:
+            # The cycle's first write once the response has started is always its head.
+            self._head_seen = True
+            if self._cycle.scope["method"] != "HEAD":
+                self._held = data
+                return
+        self._transport.write(data)
+
+    def close(self) -> None:
+        if self._held is not None:
+            self._transport.write(self._held)
+            self._held = None
+        self._transport.close()
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def limited_protocol(limits: HttpLimits) -> type[LimitedHttpToolsProtocol]:

@@ -19,8 +19,12 @@ each arm and what trainguard adds over the no-op webhooks (the same two calls, d
 and over no webhook at all. A fourth arm, "patch", has a second no-op server whose mutating call
 answers with the very patch trainguard answers for this Pod: what the API server itself spends
 applying a patch (decode, apply, re-decode, default the object) shows as patch minus noop, and
-what trainguard's deciding costs as on minus patch. The load average is printed before and after,
-and each webhook call as the API server timed it, beside trainguard's own handler time.
+what trainguard's deciding costs as on minus patch. A fifth arm, "noop1", sends the namespace to
+the no-op's validating webhook alone: DESIGN §5's bar is what trainguard's two calls add over ONE
+no-op webhook call (on minus noop1), and patch minus noop1 is the least any webhook can add there
+that answers both calls and patches this Pod, however little it spends deciding. The load average
+is printed before and after, and each webhook call as the API server timed it, beside
+trainguard's own handler time.
 
     python tests/bench/bench_apiserver.py [--quick] [--raw-only]
 """
@@ -210,9 +214,10 @@ def run_raw(
         }
     print(
         table(
-            "API server, raw keep-alive client: dry-run Pod create latency, ms; no webhook (off), two no-op "
-            "webhook calls (noop), two no-op calls whose mutating one answers with trainguard's patch for "
-            f"this Pod (patch), trainguard's two calls (on); {rounds} alternating rounds; load average "
+            "API server, raw keep-alive client: dry-run Pod create latency, ms; no webhook (off), one no-op "
+            "webhook call (noop1), two no-op webhook calls (noop), two no-op calls whose mutating one answers "
+            f"with trainguard's patch for this Pod (patch), trainguard's two calls (on); {rounds} alternating "
+            "rounds; load average "
             f"{' '.join(f'{x:.2f}' for x in load_before)} before, {' '.join(f'{x:.2f}' for x in load_after)} after",
             ["conc", "n/arm"]
             + [f"{q} {arm}" for arm in names for q in ("p50", "p99")]
@@ -220,8 +225,32 @@ def run_raw(
             rows,
         )
     )
-    # Two calls per create (mutating, then validating) in every webhook arm.
-    calls = {arm: 2 * sum(len(latencies[(arm, c)]) for c in RAW_CONCURRENCIES) for arm in webhooks}
+    if "noop1" in names and "patch" in names:
+        # The bar's floor: a webhook pair that decides nothing but answers the same patch.
+        floor = {
+            conc: (
+                percentile(sorted(latencies[("patch", conc)]), 50)
+                - percentile(sorted(latencies[("noop1", conc)]), 50),
+                percentile(sorted(latencies[("patch", conc)]), 99)
+                - percentile(sorted(latencies[("noop1", conc)]), 99),
+            )
+            for conc in RAW_CONCURRENCIES
+        }
+        print(
+            "the bar's floor, what two no-op calls answering trainguard's patch add over one no-op call "
+            "(patch - noop1), p50 / p99 ms: "
+            + ", ".join(f"c{conc} {v[0]:+.2f} / {v[1]:+.2f}" for conc, v in floor.items())
+        )
+        for conc, v in floor.items():
+            summary[f"raw_c{conc}"]["floor_patch_over_noop1_ms"] = {
+                "p50": round(v[0], 2),
+                "p99": round(v[1], 2),
+            }
+    # Two calls per create (mutating, then validating) in every webhook arm but noop1's one.
+    calls = {
+        arm: (1 if arm == "noop1" else 2) * sum(len(latencies[(arm, c)]) for c in RAW_CONCURRENCIES)
+        for arm in webhooks
+    }
     per_call = {arm: cpu[arm] / calls[arm] * 1000 for arm in webhooks}
     print(
         "webhook server CPU per call (raw arm, all concurrencies): "
@@ -274,14 +303,16 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
         patch_file = work / "patch.json"
         patch_file.write_bytes(json.dumps(_trainguard_patch(objects["Pod"], "bench-patch")).encode())
         patching = servers.noop_server(servers.free_port(), certs, work / "patch.log", patch_file)
-        namespaces = ("bench-off", "bench-noop", "bench-on", "bench-patch")
+        namespaces = ("bench-off", "bench-noop", "bench-on", "bench-patch", "bench-noop1")
         log("apiserver: starting etcd + kube-apiserver …")
         with ControlPlane(binaries) as plane, tg, noop, patching:
-            # The "patch" webhooks serve only the raw arm: their patch is the Pod's, not the Job's.
+            # The "patch" webhooks serve only the raw arm: their patch is the Pod's, not the Job's;
+            # "noop1" too (the no-op's validating webhook alone: the bar's one no-op call).
             for name, url, own in (
                 ("trainguard", tg.url, "bench-on"),
                 ("noop", noop.url, "bench-noop"),
                 ("patch", patching.url, "bench-patch"),
+                ("noop1", noop.url, "bench-noop1"),
             ):
                 others = [ns for ns in namespaces if ns != own]
                 excluded = [arg for ns in others for arg in ("--exclude-namespace", ns)]
@@ -310,7 +341,11 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
                 if (
                     name != "trainguard"
                 ):  # own webhook names, so that the API server's metrics tell them apart
-                    docs = list(yaml.safe_load_all(rendered))
+                    docs = [
+                        doc
+                        for doc in yaml.safe_load_all(rendered)
+                        if name != "noop1" or doc["kind"] == "ValidatingWebhookConfiguration"
+                    ]
                     for doc in docs:
                         for hook in doc.get("webhooks", []):
                             hook["name"] = hook["name"].replace(".trainguard.dev", f".{name}.trainguard.dev")
@@ -355,9 +390,9 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
             raw = run_raw(
                 plane,
                 objects["Pod"],
-                (*arms, ("patch", "bench-patch")),
+                (arms[0], ("noop1", "bench-noop1"), *arms[1:], ("patch", "bench-patch")),
                 quick,
-                {"on": tg, "noop": noop, "patch": patching},
+                {"on": tg, "noop": noop, "patch": patching, "noop1": noop},
             )
             raw["raw_trainguard_calls"] = _metric(tg.url, tg.ca, "trainguard_admission_requests_total") - c0
             if raw_only:
