@@ -455,8 +455,13 @@ def compiled_viewer(cls: type, paths: Paths) -> View:
     if not paths or _ELEMENT in paths or _view_fields(cls) is None:
         return viewer(paths)
     emitter = _Emitter()
-    body = emitter.dataclass("v0", cls, paths)
+    try:
+        body = emitter.dataclass("v0", cls, paths)
+    except NameError:  # a field type that does not resolve: the generic rendering serves
+        return viewer(paths)
     namespace = emitter.names
+    # The source is made of field names, camelCase keys quoted by repr() and the emitter's own
+    # names: nothing a policy writes reaches it but keys, which are identifiers (engine/reads.py).
     exec(compile(f"def render(v0):\n    return {body}\n", f"<view of {cls.__name__}>", "exec"), namespace)
     render: View = namespace["render"]
     return render
