@@ -98,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
         access_log=False,
         proxy_headers=False,
         server_header=False,
+        # trainguard's keep-alive: with uvicorn's default of 5 s, a connection the API server
+        # reuses just as the no-op closes it fails the call (EOF), as happened between batches.
+        timeout_keep_alive=120,
     )
     config.load()
     assert config.ssl is not None
