@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -187,21 +188,16 @@ class Metrics:
     ) -> None:
         key = (endpoint, operation, kind, decision)
         counter = self._request_children.get(key)
-        if counter is None:
+        if counter is None:  # unknown operations and kinds share "other"
             op = operation if operation in _OPERATIONS else "other"
-            counter = self.requests.labels(endpoint, op, kind if kind in _KNOWN_KINDS else "other", decision)
-            if len(self._request_children) < 4096:  # unknown kinds share "other"; keep the cache bounded
-                self._request_children[key] = counter
+            labels = (endpoint, op, kind if kind in _KNOWN_KINDS else "other", decision)
+            counter = _child(self._request_children, key, self.requests, *labels)
         counter.inc()
         self._latency(endpoint).observe(seconds)
 
     def observe_rejected(self, endpoint: str, reason: str, seconds: float) -> None:
         # A flood of calls answered 429 must stay cheap: the child is looked up once per pair.
-        key = (endpoint, reason)
-        child = self._rejected_children.get(key)
-        if child is None:
-            child = self._rejected_children[key] = self.rejected.labels(endpoint, reason)  # fixed reasons
-        child.inc()
+        _child(self._rejected_children, (endpoint, reason), self.rejected, endpoint, reason).inc()
         self._latency(endpoint).observe(seconds)
 
     def observe_placement(self, placement: str) -> None:
@@ -211,12 +207,7 @@ class Metrics:
         self.engine_errors.labels(endpoint).inc()
 
     def observe_policy_error(self, policy: str) -> None:
-        child = self._policy_error_children.get(policy)
-        if child is None:
-            child = self.policy_errors.labels(policy)
-            if len(self._policy_error_children) < 4096:  # policy names come from files, not requests
-                self._policy_error_children[policy] = child
-        child.inc()
+        _child(self._policy_error_children, policy, self.policy_errors, policy).inc()
 
     def set_in_flight(self, busy: Callable[[], float], waiting: Callable[[], float]) -> None:
         self.in_flight.set_function(busy)
@@ -232,10 +223,7 @@ class Metrics:
 
     def observe_policies(self, timings: Mapping[str, float]) -> None:
         for policy, seconds in timings.items():
-            child = self._policy_children.get(policy)
-            if child is None:
-                child = self._policy_children[policy] = self.policy_latency.labels(policy)
-            child.observe(seconds)
+            _child(self._policy_children, policy, self.policy_latency, policy).observe(seconds)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -280,10 +268,26 @@ class Metrics:
     # -- helpers --------------------------------------------------------------------------------
 
     def _latency(self, endpoint: str) -> Histogram:
-        child = self._latency_children.get(endpoint)
-        if child is None:
-            child = self._latency_children[endpoint] = self.latency.labels(endpoint)
-        return child
+        return _child(self._latency_children, endpoint, self.latency, endpoint)
 
     def _seconds_to_expiry(self) -> float:
         return float("nan") if self._not_after is None else self._not_after - time.time()
+
+
+_M = TypeVar("_M", Counter, Histogram)
+
+# Label sets whose child metric is remembered per metric: past it a child is looked up afresh
+# (label values that come from requests are folded into "other", so this is never reached in
+# practice; the bound keeps a bug from growing the cache without end).
+_CACHED_CHILDREN = 4096
+
+
+def _child(cache: dict[Any, _M], key: Any, metric: _M, *labels: str) -> _M:
+    """`metric.labels(*labels)`, remembered in `cache` under `key`: prometheus_client's own lookup
+    takes a lock and builds a tuple on every call, a cost on every admission."""
+    child = cache.get(key)
+    if child is None:
+        child = metric.labels(*labels)
+        if len(cache) < _CACHED_CHILDREN:
+            cache[key] = child
+    return child
