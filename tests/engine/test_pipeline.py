@@ -148,6 +148,22 @@ def test_only_the_bounded_runtime_promises_bounded_steps(
     assert Engine(policy_set, config).steps_bounded is (policy_set.backend.name == "cel-expr-python")
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_engines_rebuilt_on_one_policy_set_keep_their_own_params(tmp_path: Path, backend: str) -> None:
+    # The webhook builds a new Engine on every cluster change: what it derives from the policies
+    # alone is made once per set, what it takes from the config stays its own.
+    policies = load_policy_set(
+        [_policy_dir(tmp_path, expression="object.spec.parallelism <= params.restarts.max")], backend
+    )
+    (tmp_path / "strict.yaml").write_text("restarts:\n  max: 3\n")
+    (tmp_path / "loose.yaml").write_text("restarts:\n  max: 8\n")
+    strict = Engine(policies, load_config(tmp_path / "strict.yaml"))
+    loose = Engine(policies, load_config(tmp_path / "loose.yaml"))
+    assert not strict.review(AdmissionInput(object=NO_GANG_JOB)).allowed  # parallelism 4
+    assert loose.review(AdmissionInput(object=NO_GANG_JOB)).allowed
+    assert strict._validation.tree is loose._validation.tree  # derived once, from the set
+
+
 def test_a_remembered_object_is_adapted_once_across_calls(tmp_path: Path) -> None:
     engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config(), remember=8)
     mutating = engine.review(AdmissionInput(object=NO_GANG_JOB), validate=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from webhook.engine.cel import Backend, CelCompileError, Program, make_backend
 from webhook.engine.load import default_policies_dir, load_policies
@@ -111,6 +112,10 @@ class PolicySet:
     digest: str
     backend: Backend
     sources: tuple[str, ...] = ()
+    # What the engine derives from the policies alone (pipeline.py: the paths each phase reads and
+    # the view builders made from them), made on first use and kept for the set's life: the
+    # webhook builds a new Engine on every cluster change, the set only when its files change.
+    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def mutating(self) -> tuple[CompiledPolicy, ...]:

@@ -94,8 +94,8 @@ class Engine:
         # Only what the policies read is handed to CEL (engine/reads.py), per phase: the webhook's
         # /mutate and /validate calls each build and convert just what their own policies read.
         params = config.params()
-        self._mutation = _Reads(self._mutating, policies.backend, params, self.cluster)
-        self._validation = _Reads(self._validating, policies.backend, params, self.cluster)
+        self._mutation = _Reads(_plan(policies, "mutating"), policies.backend, params, self.cluster)
+        self._validation = _Reads(_plan(policies, "validating"), policies.backend, params, self.cluster)
         self._reads_old_workload = (
             "oldWorkload" in self._mutation.tree or "oldWorkload" in self._validation.tree
         )
@@ -314,22 +314,40 @@ def policy_sources(policies: Sequence[CompiledPolicy]) -> list[reads.PolicySourc
     return out
 
 
-class _Reads:
+class _Plan:
     """What one phase's policies (the mutating or the validating ones) read of each CEL variable,
-    and the values that do not change between requests (params, cluster) trimmed to it and
-    converted once."""
+    and the functions that build the workload views with just those paths (model.viewer): derived
+    from the policies alone, so made once per policy set (_plan)."""
 
-    __slots__ = ("tree", "_viewers", "constants")
+    __slots__ = ("tree", "viewers")
 
-    def __init__(
-        self, policies: Sequence[CompiledPolicy], backend: Any, params: Any, cluster: Mapping[str, Any]
-    ) -> None:
+    def __init__(self, policies: Sequence[CompiledPolicy]) -> None:
         self.tree = reads.policy_reads(policy_sources(policies), _READ_VARIABLES)
-        # Made once per policy set: each builds the view with just the paths read (model.viewer).
-        self._viewers = {
+        self.viewers = {
             variable: compiled_viewer(Workload, self.tree.get(variable) or {})
             for variable in ("workload", "oldWorkload")
         }
+
+
+def _plan(policies: PolicySet, phase: str) -> _Plan:
+    """The phase's _Plan, kept on the set: reading the sources and generating the views takes
+    about 10 ms, and an Engine is built on the event loop on every cluster or eviction change."""
+    plan = policies.derived.get(phase)
+    if not isinstance(plan, _Plan):  # two threads may both make it: the same plan either way
+        members = policies.mutating if phase == "mutating" else policies.validating
+        plan = policies.derived[phase] = _Plan(members)
+    return plan
+
+
+class _Reads:
+    """A phase's _Plan, with the values that do not change between requests (params, cluster)
+    trimmed to what it reads and converted once."""
+
+    __slots__ = ("tree", "_viewers", "constants")
+
+    def __init__(self, plan: _Plan, backend: Any, params: Any, cluster: Mapping[str, Any]) -> None:
+        self.tree = plan.tree
+        self._viewers = plan.viewers
         self.constants = backend.prepare(
             {"params": self.trimmed("params", params), "cluster": self.trimmed("cluster", cluster)}
         )
