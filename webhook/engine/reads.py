@@ -30,8 +30,7 @@ from typing import Any
 
 # A path tree: {} keeps the whole value; {"gang": {}, "groups": {}} keeps those keys, whole.
 # ELEMENT holds what is read of each element of a list ({"groups": {"*": {"name": {}}}}), and
-# NOTHING ({"": {}}) is a partial value of which no key is read (the elements of a list that is
-# only sized).
+# {"": {}} is a partial value of which no key is read (the elements of a list that is only sized).
 Tree = dict[str, "Tree"]
 ELEMENT = "*"
 _PARTIAL = ""  # while building: a node holding this key is partial; without it, whole
@@ -251,7 +250,8 @@ def _ternary(text: str) -> tuple[int, int, int, int] | None:
 
 
 def _finish(tree: Tree) -> Tree:
-    """Drop the partial markers: {} is whole, any other map lists the keys read (NOTHING: none)."""
+    """Drop the partial markers: {} is whole, {"": {}} has no key read, any other map lists the
+    keys read."""
     if _PARTIAL not in tree:
         return {}
     if len(tree) == 1:
