@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from webhook.config import PlatformConfig
-from webhook.fields import pointer_to_path
+from webhook.fields import pointer_to_path, unescape
 from webhook.kinds import Role
 from webhook.workloads.common import (
     COSCHEDULING_LABEL,
@@ -23,7 +23,6 @@ from webhook.workloads.common import (
     VALID_ROLES,
     VALID_TIERS,
     Draft,
-    at,
     best_effort,
     join,
     parse_checkpoint,
@@ -108,18 +107,22 @@ def coscheduling(d: Draft) -> None:
     Templates that stamp out no pods do not count. When some templates carry the label and others
     do not, the others escape the gang: each is recorded as a gap naming the template and what it lacks.
     """
-    live = [i for i, g in enumerate(d.groups) if g.replicas > 0]
-    labelled = {i for i in live if d.groups[i].labels.get(COSCHEDULING_LABEL)}
+    live = labelled = 0
+    for g in d.groups:
+        if g.replicas > 0:
+            live += 1
+            if g.labels.get(COSCHEDULING_LABEL):
+                labelled += 1
     if not labelled:
         return
-    if len(labelled) == len(live):
+    if labelled == live:
         d.gang("coscheduling")
         return
-    for i in live:
-        if i not in labelled:
+    for i, g in enumerate(d.groups):
+        if g.replicas > 0 and not g.labels.get(COSCHEDULING_LABEL):
             d.gaps.append(
                 {
-                    "group": d.groups[i].name,
+                    "group": g.name,
                     "field": template_field(d, i, "metadata.labels"),
                     "problem": f"lacks label {COSCHEDULING_LABEL} that the other templates carry",
                 }
@@ -149,19 +152,35 @@ def gang_scheduler_gaps(d: Draft, scheduler: str) -> bool:
     return clean
 
 
+_STEPS: dict[str, tuple[str, ...]] = {}  # suspend paths (from webhook.kinds) as keys to walk
+
+
+def _suspended(obj: dict[str, Any], pointer: str) -> bool:
+    """Whether the field at `pointer` is true: fields.at() without splitting the pointer each call."""
+    steps = _STEPS.get(pointer)
+    if steps is None:
+        steps = _STEPS[pointer] = tuple(unescape(t) for t in pointer.split("/")[1:])
+    node: Any = obj
+    for step in steps:
+        if not isinstance(node, dict):
+            return False
+        node = node.get(step)
+    return node is True
+
+
 def finish(d: Draft) -> Workload:
     coscheduling(d)
     groups = tuple(d.groups)
-    total_pods = d.total_pods
-    if total_pods is None:
-        total_pods = 0
-        for g in groups:
-            total_pods += g.replicas
-    total_gpus = d.total_gpus
-    if total_gpus is None:
-        total_gpus = 0
-        for g in groups:
-            total_gpus += g.replicas * g.gpus_per_pod
+    # One pass for the sums and the first template priority class.
+    pods = gpus = 0
+    template_priority = None
+    for g in groups:
+        pods += g.replicas
+        gpus += g.replicas * g.gpus_per_pod
+        if template_priority is None and g.priority_class_name:
+            template_priority = g.priority_class_name
+    total_pods = pods if d.total_pods is None else d.total_pods
+    total_gpus = gpus if d.total_gpus is None else d.total_gpus
     elastic = d.elastic
     if elastic is None and not d.elastic_declared:
         elastic = torchrun_elastic(d.groups)
@@ -170,15 +189,12 @@ def finish(d: Draft) -> Workload:
     )
     priority_class = d.priority_class
     if priority_class is None:
-        for g in groups:
-            if g.priority_class_name:
-                priority_class = g.priority_class_name
-                break
+        priority_class = template_priority
     tier, tier_source = tier_of(d.labels, klass, priority_class, d.ctx.config)
     suspend_path = d.info.suspend_path
     suspended = None
     if suspend_path is not None:
-        suspended = at(d.obj, suspend_path) is True
+        suspended = _suspended(d.obj, suspend_path)
     return Workload(
         api_version=d.obj.get("apiVersion") or "",
         kind=d.obj.get("kind") or "",

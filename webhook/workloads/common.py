@@ -202,7 +202,7 @@ class Draft:
     elastic_forced: bool = False  # declared elastic even when min == max (Kueue elastic-job)
     elastic_declared: bool = False  # the kind-level view spoke; torchrun does not override it
     constraints: list[TopologyConstraint] = field(default_factory=list)
-    restarts: Restarts = field(default_factory=Restarts)
+    restarts: Restarts = Restarts()  # frozen: one shared default
     priority_class: str | None = None  # workload-level priority class, if the API has one
     class_pods: int | None = None  # pods that decide A/B when not all groups count (TrainJob)
     total_pods: int | None = None  # overrides the sum over groups (a bare Pod stands for N)
@@ -228,7 +228,7 @@ class Draft:
         namespace = text(meta.get("namespace")) or ctx.namespace
         d = cls(obj, ctx, info, name, namespace, labels, annotations, spec)
         if ctx.launch_allowance is not None:
-            d.launch_budget = WorkloadBudget(allowance=ctx.launch_allowance)
+            d.launch_budget.allowance = ctx.launch_allowance
         queue = labels.get(QUEUE_LABEL)
         if queue and info.group != "batch.volcano.sh":  # Kueue has no Volcano Job integration
             d.queue_name = queue
