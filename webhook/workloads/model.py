@@ -287,7 +287,7 @@ class Workload:
                 "group": g.name,
                 "container": c.name,
                 "containerPointer": c.pointer,
-                "containerField": pointer_to_path(c.pointer),
+                "containerField": _path(c.pointer),
                 "gpus": c.gpus,
             }
             | _to_view(t)
@@ -301,9 +301,23 @@ class Workload:
         return sum(g.replicas for g in self.groups if g.name in torchrun_groups)
 
 
+_PATHS: dict[str, str] = {}
+
+
+def _path(pointer: str) -> str:
+    """pointer_to_path(), remembered: a view renders the same template and container pointers on
+    every admission, and each takes a split and a loop to turn into a path."""
+    path = _PATHS.get(pointer)
+    if path is None:
+        if len(_PATHS) >= 4096:  # pointers hold names from objects: never grow without bound
+            _PATHS.clear()
+        path = _PATHS[pointer] = pointer_to_path(pointer)
+    return path
+
+
 def _field_prefix(group: PodGroup) -> str:
     if group.template_pointer:
-        return pointer_to_path(group.template_pointer) + "."
+        return _path(group.template_pointer) + "."
     return group.source_field + "." if group.source_field else ""
 
 
@@ -315,7 +329,7 @@ _COMPUTED: dict[type, dict[str, Callable[[Any], Any]]] = {
         "torchrunPods": Workload._torchrun_pods,
         "gpuPods": lambda w: sum(g.replicas for g in w.groups if g.gpus_per_pod > 0),
         "podLabelValue": lambda w: pod_label_value(w.group_identity),
-        "suspendField": lambda w: pointer_to_path(w.suspend_path) if w.suspend_path else None,
+        "suspendField": lambda w: _path(w.suspend_path) if w.suspend_path else None,
     },
     PodGroup: {"fieldPrefix": _field_prefix},
 }
@@ -485,7 +499,7 @@ def _torchrun_plan(paths: Paths) -> View:
                 "group": g.name,
                 "container": c.name,
                 "containerPointer": c.pointer,
-                "containerField": pointer_to_path(c.pointer) if "containerField" in keep else None,
+                "containerField": _path(c.pointer) if "containerField" in keep else None,
                 "gpus": c.gpus,
             }
             out.append({k: v for k, v in entry.items() if k in keep} | spec(t))
@@ -525,6 +539,19 @@ _NONE = type(None)
 _SCALAR_TYPES = frozenset((str, int, float, bool, _NONE))
 
 
+def _whole(hint: Any) -> Paths | None:
+    """Paths that name every key of a dataclass (or optional dataclass) type's view, else None."""
+    origin, args = get_origin(hint), get_args(hint)
+    if (origin is Union or origin is UnionType) and len(args) == 2 and _NONE in args:
+        hint = args[0] if args[1] is _NONE else args[1]
+    if not isinstance(hint, type):
+        return None
+    names = _view_fields(hint)
+    if names is None:
+        return None
+    return {key: {} for _, key in names} | {key: {} for key in _COMPUTED.get(hint, {})}
+
+
 def _scalar(hint: Any) -> bool:
     origin = get_origin(hint)
     if origin is Literal:
@@ -560,7 +587,10 @@ class _Emitter:
                 return f"dict({code})"
             if origin is tuple and len(args) == 2 and args[1] is Ellipsis and _scalar(args[0]):
                 return f"list({code})"
-            return f"_to_view({code})"
+            whole = _whole(hint)
+            if whole is None:
+                return f"_to_view({code})"
+            paths = whole  # a dataclass read whole: every field, written out as for some paths
         if (origin is Union or origin is UnionType) and len(args) == 2 and _NONE in args:
             kind = args[0] if args[1] is _NONE else args[1]
             return f"(None if {code} is None else {self.value(code, kind, paths)})"
@@ -569,7 +599,10 @@ class _Emitter:
         element = paths.get(_ELEMENT)
         if element is not None and origin is tuple and len(args) == 2 and args[1] is Ellipsis:
             item = self._new("v")
-            return f"[{self.value(item, args[0], element)} for {item} in {code}]"
+            each = self.value(item, args[0], element)
+            if each == item:  # the elements as they are
+                return f"list({code})"
+            return f"[{each} for {item} in {code}]"
         if origin is dict and element is None and len(args) == 2 and not any(paths.values()):
             key = self._new("k")
             value = self.value(f"{code}[{key}]", args[1], {})
@@ -577,6 +610,10 @@ class _Emitter:
         return f"{self.constant(viewer(paths))}({code})"
 
     def dataclass(self, code: str, cls: type, paths: Paths) -> str:
+        return "{" + ", ".join(self.items(code, cls, paths)) + "}"
+
+    def items(self, code: str, cls: type, paths: Paths) -> list[str]:
+        """The `key: value` items of the dataclass value `code` with only `paths`."""
         hints = get_type_hints(cls)
         items = [
             f"{key!r}: {self.value(f'{code}.{name}', hints[name], paths[key])}"
@@ -585,7 +622,34 @@ class _Emitter:
         ]
         planned = _PLANNED.get(cls, {})
         for key, compute in _COMPUTED.get(cls, {}).items():
-            if key in paths:
-                render = planned[key](paths[key]) if key in planned else _then(compute, viewer(paths[key]))
-                items.append(f"{key!r}: {self.constant(render)}({code})")
-        return "{" + ", ".join(items) + "}"
+            if key not in paths:
+                continue
+            if cls is Workload and key == "torchrun":
+                inline = self.torchrun(code, paths[key])
+                if inline is not None:
+                    items.append(f"{key!r}: {inline}")
+                    continue
+            render = planned[key](paths[key]) if key in planned else _then(compute, viewer(paths[key]))
+            items.append(f"{key!r}: {self.constant(render)}({code})")
+        return items
+
+    def torchrun(self, code: str, paths: Paths) -> str | None:
+        """The `torchrun` entries as one comprehension (what _torchrun_plan renders), or None
+        where that plan renders them whole."""
+        element = paths.get(_ELEMENT)
+        if not element or _ELEMENT in element:
+            return None
+        g, c, t = self._new("g"), self._new("c"), self._new("t")
+        entry = {
+            "group": f"{g}.name",
+            "container": f"{c}.name",
+            "containerPointer": f"{c}.pointer",
+            "containerField": f"{self.constant(_path)}({c}.pointer)",
+            "gpus": f"{c}.gpus",
+        }
+        items = [f"{key!r}: {entry[key]}" for key in _TORCHRUN_ENTRY if key in element]
+        items += self.items(t, TorchrunSpec, element)
+        return (
+            f"[{{{', '.join(items)}}} for {g} in {code}.groups for {c} in {g}.containers"
+            f" if ({t} := {c}.torchrun) is not None]"
+        )
