@@ -39,9 +39,7 @@ def _fast_init(cls: type[_T]) -> type[_T]:
         elif f.default_factory is not MISSING:
             names[f"_factory_{f.name}"] = f.default_factory
             params.append(f"{f.name}=_FACTORY")
-            lines.append(
-                f"{setter}(self, _factory_{f.name}() if {f.name} is _FACTORY else {f.name})"
-            )
+            lines.append(f"{setter}(self, _factory_{f.name}() if {f.name} is _FACTORY else {f.name})")
         else:
             params.append(f.name)
             lines.append(f"{setter}(self, {f.name})")
