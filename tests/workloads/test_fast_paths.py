@@ -188,3 +188,26 @@ def test_generated_view_renders_what_viewer_renders(paths: dict[str, Any], obj: 
     generated = compiled_viewer(Workload, paths)(w)
     assert generated == viewer(paths)(w)
     assert list(generated) == list(viewer(paths)(w))
+
+
+LONG = "s3://bucket/" + "x" * 2000
+
+
+@pytest.mark.parametrize(
+    ("annotations", "seconds", "scheme"),
+    [
+        pytest.param({"trainguard.dev/checkpoint-interval": "30m"}, 1800, None, id="interval"),
+        pytest.param({"trainguard.dev/checkpoint-uri": "GS://b/p"}, None, "gs", id="uri-scheme-lowered"),
+        pytest.param({"trainguard.dev/checkpoint-interval": "soon"}, None, None, id="invalid-interval"),
+        pytest.param({"trainguard.dev/checkpoint-uri": LONG}, None, "s3", id="long-uri-read-each-time"),
+        pytest.param({"trainguard.dev/checkpoint-owner": "ml@example.com"}, None, None, id="owner-only"),
+    ],
+)
+def test_checkpoint_reads_the_same_on_every_admission(
+    annotations: dict[str, str], seconds: int | None, scheme: str | None
+) -> None:
+    obj = _pod([]) | {"metadata": {"name": "p", "annotations": annotations}}
+    first, second = _build(obj).checkpoint, _build(obj).checkpoint
+    assert first == second
+    assert (first.declared, first.interval_seconds, first.uri_scheme) == (True, seconds, scheme)
+    assert first.uri == annotations.get("trainguard.dev/checkpoint-uri")

@@ -258,6 +258,25 @@ def parse_checkpoint(annotations: dict[str, str]) -> Checkpoint:
     owner = annotations.get(CHECKPOINT_OWNER)
     if interval is None and uri is None and owner is None:
         return _NO_CHECKPOINT
+    key = (interval, uri, owner)
+    known = _CHECKPOINTS.get(key)
+    if known is not None:
+        return known
+    known = _read_checkpoint(interval, uri, owner)
+    # Values come from objects: only short ones are kept, and never more than 1,024 of them.
+    if len(interval or "") + len(uri or "") + len(owner or "") <= 1024:
+        if len(_CHECKPOINTS) >= 1024:
+            _CHECKPOINTS.clear()
+        _CHECKPOINTS[key] = known
+    return known
+
+
+# A workload's checkpoint annotations are the same on each admission of it (and its pods'): the
+# Checkpoint is frozen, so one is shared rather than the duration and URI parsed again.
+_CHECKPOINTS: dict[tuple[str | None, str | None, str | None], Checkpoint] = {}
+
+
+def _read_checkpoint(interval: str | None, uri: str | None, owner: str | None) -> Checkpoint:
     scheme = None
     if uri and "://" in uri:
         scheme = uri.split("://", 1)[0].lower() or None
@@ -326,12 +345,13 @@ def volcano_network_topology(
 
 def pool_targets(d: Draft) -> tuple[dict[str, str], ...]:
     """Every nodeSelector, required node-affinity `In` value and toleration on the pool keys."""
-    label_key = d.ctx.config.pool_label_key
-    taint_key = d.ctx.config.pool_taint_key
+    label_key = taint_key = ""
     out: list[dict[str, str]] = []
     for group, (source, pointer) in zip(d.groups, d.sources, strict=True):
         if not (group.node_selector or group.required_node_terms or group.tolerations):
             continue
+        if not label_key:
+            label_key, taint_key = d.ctx.config.pool_label_key, d.ctx.config.pool_taint_key
         hits = pool_hits(
             group.node_selector, group.required_node_terms, group.tolerations, label_key, taint_key
         )
@@ -342,7 +362,9 @@ def pool_targets(d: Draft) -> tuple[dict[str, str], ...]:
                 if source is not None:
                     entry["object"] = source
                 out.append(entry)
-    return (*out, *d.patch_pool_targets)
+    if d.patch_pool_targets:
+        out += d.patch_pool_targets
+    return tuple(out)
 
 
 def pool_hits(

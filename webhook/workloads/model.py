@@ -295,7 +295,9 @@ class Workload:
     def _torchrun_pods(self) -> int:
         if self.kind == "Pod":
             return self.total_pods
-        torchrun_groups = {g.name for g, _, _ in self.torchrun}
+        torchrun_groups = {g.name for g in self.groups for c in g.containers if c.torchrun is not None}
+        if not torchrun_groups:
+            return 0
         return sum(g.replicas for g in self.groups if g.name in torchrun_groups)
 
 
@@ -307,9 +309,12 @@ def _path(pointer: str) -> str:
     every admission, and each takes a split and a loop to turn into a path."""
     path = _PATHS.get(pointer)
     if path is None:
-        if len(_PATHS) >= 4096:  # pointers hold names from objects: never grow without bound
-            _PATHS.clear()
-        path = _PATHS[pointer] = pointer_to_path(pointer)
+        path = pointer_to_path(pointer)
+        # Pointers hold names from objects: only short ones are kept, and never more than 4,096.
+        if len(pointer) <= 256:
+            if len(_PATHS) >= 4096:
+                _PATHS.clear()
+            _PATHS[pointer] = path
     return path
 
 

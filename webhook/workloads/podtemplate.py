@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
-from operator import itemgetter, methodcaller
 from typing import Any, NoReturn
 
 from webhook.errors import InputError
@@ -272,43 +271,9 @@ def _strings(value: Any) -> tuple[str, ...]:
     return ()
 
 
-_NAME = itemgetter("name")
-_VALUE = methodcaller("get", "value")
-
-
 def _env(value: Any, source: str | None, where: str) -> dict[str, str | None]:
     if type(value) is not list:
         _not_a(value, "a list", source, where + "/env")
-    # The usual list, mappings with a string name and a string value (or none: valueFrom), read
-    # by C loops (map, join, count, index): the loop in _env_entries costs ~1,600 instructions
-    # an entry, and a training container has dozens. Anything else is read by that loop.
-    try:
-        names = list(map(_NAME, value))  # KeyError: an entry without a name; TypeError: not a mapping
-        values = list(map(_VALUE, value))
-        "".join(names)  # TypeError: a name that is not a string
-        present = list(filter(None, values))
-        "".join(present)  # TypeError: a value that is neither a string nor empty
-    except (KeyError, TypeError, AttributeError):
-        return _env_entries(value)
-    unset = values.count(None)
-    if len(present) + unset + values.count("") != len(values):  # a value 0, false, [] or {}
-        return _env_entries(value)
-    out: dict[str, str | None] = dict(zip(names, values, strict=True))
-    if unset:
-        # A name's last entry decides (the kubelet's rule): where that entry has no value, it is
-        # None when it has a valueFrom (resolved by the kubelet: unknown here), else "".
-        last: dict[str, str | None] = {}
-        i = -1
-        for _ in range(unset):
-            i = values.index(None, i + 1)
-            last[names[i]] = None if value[i].get("valueFrom") is not None else ""
-        for name, v in last.items():
-            if out[name] is None:
-                out[name] = v
-    return out
-
-
-def _env_entries(value: list[Any]) -> dict[str, str | None]:
     out: dict[str, str | None] = {}
     for e in value:
         if type(e) is dict:
