@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from webhook.config import load_config
+from webhook.errors import InputError
 from webhook.workloads import AdaptContext, build_workload
 from webhook.workloads.model import Gang, TorchrunSpec, Workload, compiled_viewer, viewer
 
@@ -211,3 +212,42 @@ def test_checkpoint_reads_the_same_on_every_admission(
     assert first == second
     assert (first.declared, first.interval_seconds, first.uri_scheme) == (True, seconds, scheme)
     assert first.uri == annotations.get("trainguard.dev/checkpoint-uri")
+
+
+def _pod_with(container: Any) -> dict[str, Any]:
+    obj = _pod([])
+    obj["spec"]["containers"].append(container)
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("container", "field", "message"),
+    [
+        pytest.param(
+            "sidecar", "spec.containers[1]", "must be a mapping, got a string", id="container-not-a-mapping"
+        ),
+        pytest.param(
+            {"name": "s", "env": "A=1"}, "spec.containers[1].env", "must be a list", id="env-not-a-list"
+        ),
+        pytest.param(
+            {"name": "s", "resources": ["x"]}, "spec.containers[1].resources", "mapping", id="resources-list"
+        ),
+        pytest.param(
+            {"name": "s", "env": [], "resources": {"limits": "8"}},
+            "spec.containers[1].resources.limits",
+            "must be a mapping, got a string",
+            id="limits-not-a-mapping",
+        ),
+        pytest.param(
+            {"name": "s", "resources": {"limits": {"nvidia.com/gpu": "half"}}},
+            "spec.containers[1].resources.limits['nvidia.com/gpu']",
+            "must be a whole number of devices, got 'half'",
+            id="devices-not-a-number",
+        ),
+    ],
+)
+def test_a_malformed_container_names_its_field(container: Any, field: str, message: str) -> None:
+    with pytest.raises(InputError) as caught:
+        build_workload(_pod_with(container), CTX)
+    assert caught.value.field == field
+    assert message in str(caught.value)

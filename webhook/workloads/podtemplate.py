@@ -211,16 +211,20 @@ def _container(
     trainer: dict[str, Any] | None,
     budget: WorkloadBudget,
 ) -> Container:
-    loc = f"{where}/spec/containers/{index}"  # the container in its source object
+    # The container in its source object; made only for an env or resources to read (the
+    # error messages name it), not for every container.
+    loc = ""
     if type(c) is not dict:
-        _not_a(c, "a mapping", source, loc)
+        _not_a(c, "a mapping", source, f"{where}/spec/containers/{index}")
     get = c.get
     name = get("name")
     if type(name) is not str:
         name = text(name) or ""
     command, args, env_list, resources = get("command"), get("args"), get("env"), get("resources")
+    if env_list or resources:
+        loc = f"{where}/spec/containers/{index}"
     env_source, env_loc = source, loc
-    res_source, res_loc = source, loc + "/resources"
+    res_source, res_loc = source, loc + "/resources" if resources else ""
     if trainer is not None and name == "node":
         # A TrainJob's spec.trainer overrides the runtime's trainer container; on the TrainJob it
         # is patchable at /spec/trainer.
