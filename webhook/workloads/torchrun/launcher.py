@@ -33,7 +33,7 @@ class Found:
 
 
 def base(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
+    return word[word.rfind("/") + 1 :]  # no list built; the word itself when it has no "/"
 
 
 def launcher_word(word: str) -> bool:
