@@ -35,6 +35,7 @@ class _Opt:
     choices: tuple[str, ...] | None = None
     env: bool = True  # action=env / check_env: falls back to PET_<DEST>
     exits: bool = False  # -h/--help, --print-completion: print and exit, never launch
+    checked: bool = False  # a value has a type or choices to check (_convert has work to do)
 
 
 def _o(
@@ -48,7 +49,7 @@ def _o(
     # argparse's dest: the first long option string, dashes turned into underscores.
     longs = [s for s in strings if s.startswith("--")]
     dest = (longs[0] if longs else strings[0]).lstrip("-").replace("-", "_")
-    return _Opt(strings, dest, takes_value, type, choices, env, exits)
+    return _Opt(strings, dest, takes_value, type, choices, env, exits, type != "str" or choices is not None)
 
 
 _RUN_OPTIONS: tuple[_Opt, ...] = (
@@ -267,16 +268,25 @@ def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) ->
     if classified is None:
         classified = _classify_all(argv, options, _PREFIX_MAPS[launcher], _CLASSIFIED[launcher], meter)
 
-    def store(opt: _Opt, value: str | bool) -> None:
-        out.values[opt.dest] = (value, "flag")
-        if isinstance(value, str):
+    values, unknown = out.values, out.unknown
+
+    def store(opt: _Opt, value: str | None) -> None:
+        """The option's value (None: a flag, stored as True)."""
+        if value is None:
+            values[opt.dest] = (True, "flag")
+            if opt.exits:
+                raise TorchExit(f"{'/'.join(opt.strings)} prints and exits")
+            unknown.discard(opt.dest)
+            return
+        values[opt.dest] = (value, "flag")
+        if opt.checked:
             _convert(opt, value, from_env=False)
         if opt.exits:
             raise TorchExit(f"{'/'.join(opt.strings)} prints and exits")
-        if isinstance(value, str) and _UNK in value:
-            out.unknown.add(opt.dest)
+        if _UNK in value:
+            unknown.add(opt.dest)
         else:
-            out.unknown.discard(opt.dest)
+            unknown.discard(opt.dest)
 
     extras: list[str] = []
     i, script = 0, False
@@ -300,7 +310,7 @@ def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) ->
         while True:
             if explicit is not None:
                 if not opt.takes_value and option_string[1] != "-" and explicit != "":
-                    store(opt, True)
+                    store(opt, None)
                     if explicit[0] == _UNK:
                         out.argv_unknown = True
                         return
@@ -316,7 +326,7 @@ def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) ->
                     break
                 raise TorchExit(f"argument {'/'.join(opt.strings)}: ignored explicit argument {explicit!r}")
             if not opt.takes_value:
-                store(opt, True)
+                store(opt, None)
                 i += 1
                 break
             if i + 1 < len(argv) and classified[i + 1][0] in ("A", "U"):
