@@ -155,10 +155,9 @@ def _over_a_cap(words: Sequence[str], env: Mapping[str, str | None], container_i
 def _find(
     command: Sequence[str], words: Sequence[str], env: Mapping[str, str | None], meter: Meter
 ) -> Found | None:
-    if "$" in "".join(words):
-        expanded = [kubelet.expand(w, env, meter) for w in words]
-    else:
-        expanded = list(words)  # nothing for the kubelet to expand (and nothing charged, as there)
+    # Without a "$" there is nothing for the kubelet to expand (and nothing charged, as there).
+    dollar = "$" in "".join(words)
+    expanded = [kubelet.expand(w, env, meter) for w in words] if dollar else list(words)
     if not expanded or not (command or launcher_word(expanded[0])):
         return None
     try:

@@ -54,7 +54,9 @@ def evaluate(
 ) -> LaunchParse:
     """torch's reading of a found launch; `injected` names the PET_* values the operator set."""
     spec, error = read(found, meter, injected, limit)
-    return LaunchParse(spec=spec, argv=found.argv, env=dict(found.env), error=error, limit=limit, work=meter.work)
+    return LaunchParse(
+        spec=spec, argv=found.argv, env=dict(found.env), error=error, limit=limit, work=meter.work
+    )
 
 
 def spec_of(
