@@ -32,6 +32,8 @@ _KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while"
 _SEPARATORS = frozenset({";", "&&", "||", "&", "|", "|&", ";;", "(", ")", "\n"})
 _IFS = re.compile(r"[ \t\n]+")
 _LITERAL_RUN = re.compile(r"[^ \t\r\n\\'\"`$<>;&|()]+")
+_BLANKS = re.compile(r"[ \t\r]+")
+_QUOTED_RUN = re.compile(r'[^"\\$`]+')  # inside double quotes: text up to the next special character
 _WORD_END = frozenset(" \t\r\n;&|()")  # what ends a plain word (not `<>`: `2>` is an io number)
 _HEX = re.compile(r"[0-9A-Fa-f]{1,2}")
 _BRACE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!-])(?:(:?[-=+?])(.*))?", re.S)
@@ -179,16 +181,22 @@ class Lexer:
                 self.tokens.append(("word", builder.word()))
                 builder = None
 
-        while self.i < len(s):
+        n = len(s)
+        while self.i < n:
             c = s[self.i]
             if c in " \t\r":
                 end_word()
                 self.i += 1
+                if self.i < n and s[self.i] in " \t\r":  # a run of blanks (indentation): at once
+                    blanks = _BLANKS.match(s, self.i)
+                    if blanks is not None:
+                        self.i = blanks.end()
             elif c == "\n":
                 end_word()
                 self.tokens.append(("op", "\n"))
                 self.i += 1
-                self._read_heredocs()
+                if self.heredocs:
+                    self._read_heredocs()
             elif c == "#" and builder is None:
                 nl = s.find("\n", self.i)
                 self.i = len(s) if nl < 0 else nl
@@ -289,9 +297,9 @@ class Lexer:
                 self._backtick()
                 add("unk", None, True)
             else:
-                j = self.i + 1
-                while j < len(s) and s[j] not in '"\\$`':
-                    j += 1
+                # The first character is text whatever it is (a backslash before an ordinary one).
+                text = _QUOTED_RUN.match(s, self.i + 1)
+                j = text.end() if text is not None else self.i + 1
                 add("lit", s[self.i : j], True)
                 self.i = j
 
