@@ -236,3 +236,22 @@ def test_kubelet_expansion_only_where_a_dollar_is(
     parsed = parse_launch(words[:1], words[1:], env)
     assert parsed.spec is not None
     assert parsed.argv == argv
+
+
+@pytest.mark.parametrize(
+    ("env", "container_index", "launcher", "markers"),
+    [
+        pytest.param({"A": "1"}, 0, None, None, id="nothing"),
+        pytest.param({"PET_NNODES": "2"}, 0, "env", (), id="own-pet-nnodes"),
+        pytest.param({"PET_NNODES": "0"}, 0, "env", ("invalid", "nnodes"), id="own-pet-invalid"),
+        pytest.param({"PET_NNODES": "2"}, 64, "env", ("argv", "limit"), id="past-the-container-cap"),
+        pytest.param({"A": "1"}, 64, None, None, id="past-the-container-cap-without-pet"),
+    ],
+)
+def test_container_without_a_launch_line(
+    env: dict[str, str | None], container_index: int, launcher: str | None, markers: tuple[str, ...] | None
+) -> None:
+    parsed = parse_launch((), (), env, container_index=container_index)
+    assert (parsed.spec.launcher if parsed.spec else None) == launcher
+    assert (parsed.spec.unresolved if parsed.spec else None) == markers
+    assert parsed.work == 0

@@ -118,9 +118,11 @@ def _parse(
     finish: _Finish[_T],
 ) -> _T | None:
     """`finish` of the container's launch, or None when it has none (no launcher, no PET_* of its own)."""
+    own_pet = "PET_NNODES" in env or "PET_NPROC_PER_NODE" in env
+    if not command and not args and not own_pet and container_index < MAX_CONTAINERS:
+        return None  # the image's own entrypoint (a sidecar's, often): no launch line to read
     words = (*command, *args)
     limit = _over_a_cap(words, env, container_index)
-    own_pet = "PET_NNODES" in env or "PET_NPROC_PER_NODE" in env
     if limit is None:
         full = {**env, **{k: v.value for k, v in injected.items()}} if injected else env
         try:
