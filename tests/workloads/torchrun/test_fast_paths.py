@@ -255,3 +255,23 @@ def test_container_without_a_launch_line(
     assert (parsed.spec.launcher if parsed.spec else None) == launcher
     assert (parsed.spec.unresolved if parsed.spec else None) == markers
     assert parsed.work == 0
+
+
+@pytest.mark.parametrize(
+    ("script", "argv"),
+    [
+        pytest.param("a $V-b", ["a", "1-b"], id="name-ends-at-a-dash"),
+        pytest.param("a $V_1.b", ["a", "2.b"], id="underscore-and-digit-in-the-name"),
+        pytest.param("a $V\u0663x-b", ["a", UNK + "-b"], id="non-ascii-digit-is-part-of-the-name"),
+        pytest.param('a "$V"é', ["a", "1é"], id="name-ends-at-the-quote"),
+    ],
+)
+def test_variable_name_is_the_longest_run_of_word_characters(script: str, argv: list[str]) -> None:
+    seen: list[list[str]] = []
+
+    def record(words: list[str], environ: Environ, depth: int, meter: Meter) -> None:
+        seen.append(words)
+
+    state = ShellState(vars={"V": "1", "V_1": "2"}, exported=set())
+    run_script(script, state, 1, Meter(), record)
+    assert seen == [argv]

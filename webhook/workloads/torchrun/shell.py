@@ -33,6 +33,7 @@ _SEPARATORS = frozenset({";", "&&", "||", "&", "|", "|&", ";;", "(", ")", "\n"})
 _IFS = re.compile(r"[ \t\n]+")
 _LITERAL_RUN = re.compile(r"[^ \t\r\n\\'\"`$<>;&|()]+")
 _BLANKS = re.compile(r"[ \t\r]+")
+_NAME_CHARS = re.compile(r"\w*")  # what str.isalnum() or "_" accepts, character for character
 _QUOTED_RUN = re.compile(r'[^"\\$`]+')  # inside double quotes: text up to the next special character
 _WORD_END = frozenset(" \t\r\n;&|()")  # what ends a plain word (not `<>`: `2>` is an io number)
 _HEX = re.compile(r"[0-9A-Fa-f]{1,2}")
@@ -358,9 +359,8 @@ class Lexer:
             add("lit", "", True)
             self._double_quoted(add)
         elif nxt and (nxt.isalpha() or nxt == "_"):
-            j = i + 1
-            while j < len(s) and (s[j].isalnum() or s[j] == "_"):
-                j += 1
+            name = _NAME_CHARS.match(s, i + 1)
+            j = name.end() if name is not None else i + 1
             add("var", (s[i + 1 : j], "", ""), quoted)
             self.i = j
         elif nxt and nxt in "@*":
