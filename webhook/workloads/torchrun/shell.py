@@ -36,6 +36,7 @@ _BLANKS = re.compile(r"[ \t\r]+")
 _NAME_CHARS = re.compile(r"\w*")  # what str.isalnum() or "_" accepts, character for character
 _QUOTED_RUN = re.compile(r'[^"\\$`]+')  # inside double quotes: text up to the next special character
 _WORD_END = frozenset(" \t\r\n;&|()")  # what ends a plain word (not `<>`: `2>` is an io number)
+_SPECIAL_START = frozenset(" \t\r\n#\\'\"`$<>;&|()")  # what a literal run does not start with
 _HEX = re.compile(r"[0-9A-Fa-f]{1,2}")
 _BRACE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!-])(?:(:?[-=+?])(.*))?", re.S)
 _SHELL_META = re.compile(r"[$`\\'\"]")
@@ -185,7 +186,17 @@ class Lexer:
         n = len(s)
         while self.i < n:
             c = s[self.i]
-            if c in " \t\r":
+            if c not in _SPECIAL_START:  # literal text, the most common start: tested first
+                m = _LITERAL_RUN.match(s, self.i)
+                assert m is not None
+                end = m.end()
+                if builder is None and (end == n or s[end] in _WORD_END):
+                    # A plain word, the common case: one token, no builder.
+                    self.tokens.append(("word", Word([("lit", m.group(), False)])))
+                else:
+                    add("lit", m.group(), False)
+                self.i = end
+            elif c in " \t\r":
                 end_word()
                 self.i += 1
                 if self.i < n and s[self.i] in " \t\r":  # a run of blanks (indentation): at once
@@ -237,16 +248,11 @@ class Lexer:
                     op = two
                 self.tokens.append(("op", op))
                 self.i += len(op)
-            else:
+            else:  # "#" inside a word: literal text
                 m = _LITERAL_RUN.match(s, self.i)
                 assert m is not None
-                end = m.end()
-                if builder is None and (end == len(s) or s[end] in _WORD_END):
-                    # A plain word, the common case: one token, no builder.
-                    self.tokens.append(("word", Word([("lit", m.group(), False)])))
-                else:
-                    add("lit", m.group(), False)
-                self.i = end
+                add("lit", m.group(), False)
+                self.i = m.end()
         end_word()
         return self.tokens
 
