@@ -18,6 +18,7 @@ import orjson
 from webhook.config import PlatformConfig
 from webhook.context import Runtimes, eviction_key
 from webhook.engine import decide, evaluate, match, reads
+from webhook.engine.cel import SELECTED, Program
 from webhook.engine.compile import CompiledPolicy, PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
@@ -91,6 +92,13 @@ class Engine:
         self._adapted = _Adapted(remember)
         self._mutating = policies.mutating  # PolicySet builds these tuples on every access
         self._validating = policies.validating
+        # Which policies the phase's one program evaluates (the others' items are always [])
+        self._joined = (
+            tuple(
+                cp.folded is not None and cp.folded.validations_source is not None for cp in self._validating
+            ),
+            tuple(cp.folded is not None and cp.folded.mutations_source is not None for cp in self._mutating),
+        )
         # Only what the policies read is handed to CEL (engine/reads.py), per phase: the webhook's
         # /mutate and /validate calls each build and convert just what their own policies read.
         params = config.params()
@@ -152,14 +160,20 @@ class Engine:
         evaluated: list[tuple[Policy, PolicyResult]] = []
         now = now or datetime.now(UTC)
         run = self._run if timings is None else self._timed(timings)
+        # One evaluation for all of a phase's policies, unless each policy's time is wanted
+        together = timings is None
 
         patcher = Patcher(obj)
         if mutate:
             bindings = self._bindings(self._mutation, obj, workload, inp.old_object, old_workload, request)
-            for cp in self._mutating:
-                _yield_if_due(inp)
-                result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
-                evaluated.append((cp.policy, result))
+            program = self.policies.mutating_program if together else None
+            if program is None or not self._together(
+                program, self._mutating, workload, inp, namespace, now, bindings, patcher, evaluated
+            ):
+                for cp in self._mutating:
+                    _yield_if_due(inp)
+                    result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
+                    evaluated.append((cp.policy, result))
             if patcher.ops and validate:
                 # Validation sees the mutated object. Without validation (the /mutate endpoint)
                 # nothing reads the re-adapted workload, so it is not built: the Decision then
@@ -170,10 +184,14 @@ class Engine:
             bindings = self._bindings(
                 self._validation, patcher.doc, workload, inp.old_object, old_workload, request
             )
-            for cp in self._validating:
-                _yield_if_due(inp)
-                result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
-                evaluated.append((cp.policy, result))
+            program = self.policies.validating_program if together else None
+            if program is None or not self._together(
+                program, self._validating, workload, inp, namespace, now, bindings, None, evaluated
+            ):
+                for cp in self._validating:
+                    _yield_if_due(inp)
+                    result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
+                    evaluated.append((cp.policy, result))
 
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
         return decide.decide(decision, evaluated)
@@ -232,6 +250,63 @@ class Engine:
 
         return run
 
+    def _together(
+        self,
+        program: Program,
+        policies: Sequence[CompiledPolicy],
+        workload: Workload,
+        inp: AdmissionInput,
+        namespace: str | None,
+        now: datetime,
+        bindings: evaluate.Bindings,
+        patcher: Patcher | None,
+        evaluated: list[tuple[Policy, PolicyResult]],
+    ) -> bool:
+        """A phase's policies evaluated by its one program (PolicySet.mutating_program /
+        validating_program), with the results _run gives; False, with nothing done, where they
+        must be evaluated one by one instead: when the deadline has passed (before or during
+        the evaluation: those policies were not evaluated in time) or any policy fails (so that
+        its error is its own, not every policy's)."""
+        _yield_if_due(inp)
+        deadline = inp.deadline
+        if deadline is not None and monotonic() >= deadline:
+            return False
+        skipped = [self._skip(cp, workload, inp.operation, namespace, patcher) for cp in policies]
+        bindings.data[SELECTED] = [reason is None for reason in skipped]
+        try:
+            values = program.evaluate(bindings.activation())
+        except Exception:  # a CelEvalError, or a runtime fault: the policies say which, one by one
+            return False
+        if type(values) is not list or len(values) != len(policies):
+            return False
+        if deadline is not None and monotonic() >= deadline:
+            return False
+        for cp, skip, value, joined in zip(
+            policies, skipped, values, self._joined[patcher is not None], strict=True
+        ):
+            _yield_if_due(inp)
+            if skip is None:
+                folded = value if joined else evaluate.UNKNOWN
+                skip = self._evaluate(cp, workload, namespace, now, bindings, patcher, folded)
+            evaluated.append((cp.policy, skip))
+        return True
+
+    def _skip(
+        self,
+        cp: CompiledPolicy,
+        workload: Workload,
+        operation: str,
+        namespace: str | None,
+        patcher: Patcher | None,
+    ) -> PolicyResult | None:
+        """The result of a policy that does not apply to this request, None when it applies."""
+        reason = match.skip_reason(cp.policy.match, workload, operation, namespace)
+        if reason is not None:
+            return PolicyResult(cp.name, "skip", (reason,))
+        if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
+            return _KUEUE_MANAGED[cp.name]
+        return None
+
     def _run(
         self,
         cp: CompiledPolicy,
@@ -250,20 +325,44 @@ class Engine:
             # Not evaluated: decide.py maps the error through failurePolicy (Fail denies, Ignore warns).
             return PolicyResult(cp.name, "error", (BUDGET_EXCEEDED,))
         if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
-            # Kueue's pod webhook rejects label changes on the pods it manages.
-            return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
+            return _KUEUE_MANAGED[cp.name]
+        return self._evaluate(cp, workload, namespace, now, bindings, patcher, evaluate.UNKNOWN)
+
+    def _evaluate(
+        self,
+        cp: CompiledPolicy,
+        workload: Workload,
+        namespace: str | None,
+        now: datetime,
+        bindings: evaluate.Bindings,
+        patcher: Patcher | None,
+        folded: Any,
+    ) -> PolicyResult:
+        """An applicable policy's result; `folded`: its folded program's value, if known already."""
         for exception in self.exceptions:
             justification = exception.exempts(cp.name, workload, namespace, now)
             if justification is not None:
                 result = (
-                    evaluate.mutate(cp, bindings, Patcher(patcher.doc))
+                    evaluate.mutate(cp, bindings, Patcher(patcher.doc), folded)
                     if patcher
-                    else evaluate.validate(cp, bindings)
+                    else evaluate.validate(cp, bindings, folded)
                 )
                 return PolicyResult(cp.name, "exempt", result.messages, result.fields, (), justification)
         if patcher is not None:
-            return evaluate.mutate(cp, bindings, patcher)
-        return evaluate.validate(cp, bindings)
+            return evaluate.mutate(cp, bindings, patcher, folded)
+        return evaluate.validate(cp, bindings, folded)
+
+
+class _KueueManaged(dict[str, PolicyResult]):
+    """Each mutating policy's result on a pod Kueue manages, made once: Kueue's pod webhook
+    rejects label changes on the pods it manages."""
+
+    def __missing__(self, name: str) -> PolicyResult:
+        result = self[name] = PolicyResult(name, "skip", ("pod managed by Kueue: never relabelled",))
+        return result
+
+
+_KUEUE_MANAGED = _KueueManaged()
 
 
 def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:
