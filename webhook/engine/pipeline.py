@@ -55,6 +55,8 @@ class AdmissionInput:
 
 
 BUDGET_EXCEEDED = "time budget exceeded"
+# Kinds of request whose skipped policies an Engine remembers (a few dozen are seen in practice)
+_SKIPS_KEPT = 256
 # Launch-line steps a yielding review (AdmissionInput.yield_at) reads before Deferred: about 13 ms
 # at the slowest rate measured (torchrun.limits), far above what real workloads take (thousands).
 INLINE_LAUNCH_STEPS = 16_384
@@ -92,6 +94,8 @@ class Engine:
         self._adapted = _Adapted(remember)
         self._mutating = policies.mutating  # PolicySet builds these tuples on every access
         self._validating = policies.validating
+        # _skipped(): each phase's skipped policies by what decides them (kind, role, tier …)
+        self._skips: dict[tuple[Any, ...], tuple[tuple[PolicyResult | None, ...], list[bool]]] = {}
         # Which policies the phase's one program evaluates (the others' items are always [])
         self._joined = (
             tuple(
@@ -271,8 +275,8 @@ class Engine:
         deadline = inp.deadline
         if deadline is not None and monotonic() >= deadline:
             return False
-        skipped = [self._skip(cp, workload, inp.operation, namespace, patcher) for cp in policies]
-        bindings.data[SELECTED] = [reason is None for reason in skipped]
+        skipped, selected = self._skipped(policies, workload, inp.operation, namespace, patcher)
+        bindings.data[SELECTED] = selected
         try:
             values = program.evaluate(bindings.activation())
         except Exception:  # a CelEvalError, or a runtime fault: the policies say which, one by one
@@ -281,15 +285,47 @@ class Engine:
             return False
         if deadline is not None and monotonic() >= deadline:
             return False
+        exceptions = self.exceptions
         for cp, skip, value, joined in zip(
             policies, skipped, values, self._joined[patcher is not None], strict=True
         ):
-            _yield_if_due(inp)
-            if skip is None:
-                folded = value if joined else evaluate.UNKNOWN
-                skip = self._evaluate(cp, workload, namespace, now, bindings, patcher, folded)
-            evaluated.append((cp.policy, skip))
+            if inp.yield_at is not None:
+                _yield_if_due(inp)
+            if skip is not None:
+                result = skip
+            elif not joined:
+                result = self._evaluate(cp, workload, namespace, now, bindings, patcher, evaluate.UNKNOWN)
+            elif patcher is None and not exceptions:
+                result = evaluate.validate(cp, bindings, value)
+            else:
+                result = self._evaluate(cp, workload, namespace, now, bindings, patcher, value)
+            evaluated.append((cp.policy, result))
         return True
+
+    def _skipped(
+        self,
+        policies: Sequence[CompiledPolicy],
+        workload: Workload,
+        operation: str,
+        namespace: str | None,
+        patcher: Patcher | None,
+    ) -> tuple[tuple[PolicyResult | None, ...], list[bool]]:
+        """Each policy's result where it does not apply (_skip), None where it does, and which
+        apply; remembered by what decides it, the same for most requests."""
+        w = workload
+        kueue_managed = patcher is not None and w.kueue_managed
+        key = (
+            patcher is not None, operation, namespace, bool(w.member), w.role, w.klass, w.tier, w.kind,
+            w.api_version, kueue_managed,
+        )  # fmt: skip
+        known = self._skips.get(key)
+        if known is None:
+            skipped = tuple(self._skip(cp, w, operation, namespace, patcher) for cp in policies)
+            known = skipped, [skip is None for skip in skipped]
+            if len(self._skips) >= _SKIPS_KEPT:
+                self._skips.clear()
+            self._skips[key] = known
+        return known[0], list(known[1])
 
     def _skip(
         self,
