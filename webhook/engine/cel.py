@@ -12,6 +12,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import orjson
+
 # Every expression sees these variables; all are dynamic (JSON-like) values.
 VARIABLES = ("object", "oldObject", "request", "workload", "oldWorkload", "params", "cluster", "variables")
 # The engine's own variable in a program of several policies (CppBackend.compile_selected): which
@@ -95,6 +97,16 @@ def _none_slots(value: Any) -> int:
     return n
 
 
+def _may_hold_none(value: Any) -> bool:
+    """False when a plain value surely holds no None (most results): screened in C, by orjson
+    (a sixth of repr()'s cost on the shipped policies' results), before the walk in Python. A
+    string holding "null" or a NaN (written null) only costs the walk, which counts exactly."""
+    try:
+        return b"null" in orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # what JSON cannot write (a duration, bytes, a CEL type, a huge int)
+        return "None" in repr(value)
+
+
 def _none_restorer() -> Any:
     """A function that gives None back the references a plain value holds to it.
 
@@ -113,8 +125,7 @@ def _none_restorer() -> Any:
     def restore(value: Any) -> None:
         if value is None:
             incref(None)
-        # Most results hold no null: repr() screens them out in C before the walk in Python.
-        elif (type(value) is list or type(value) is dict) and "None" in repr(value):
+        elif (type(value) is list or type(value) is dict) and _may_hold_none(value):
             for _ in range(_none_slots(value)):
                 incref(None)
 
