@@ -33,7 +33,7 @@ class Folded:
 
     Each returns [] when a matchCondition is false, else [n, values] with one value per
     validation (`[]` where it holds; `[message, field]` where it fails, each the value of its
-    messageExpression / fieldExpression, null where there is none) or per mutation (its edits).
+    messageExpression / fieldExpression, "" where there is none) or per mutation (its edits).
     """
 
     validations: Program | None
@@ -67,7 +67,9 @@ def _fold(policy: Policy, backend: Backend) -> Folded | None:
         return program, None
 
     def optional(expression: Expression | None) -> str:
-        return f"(\n{expression.source}\n)" if expression is not None else "null"
+        # "" where there is no expression: read as its absence (evaluate._folded_result), and,
+        # unlike null, no reference to None that the C++ runtime's results would have to restore
+        return f"(\n{expression.source}\n)" if expression is not None else '""'
 
     try:
         validations = mutations = None
