@@ -107,7 +107,7 @@ from webhook.engine import AdmissionInput
 assert webhook.__file__.startswith(os.path.realpath(os.environ["PYTHONPATH"])), webhook.__file__
 engine = common.engine_for("cel-expr-python")
 measure, n = sys.argv[1], int(sys.argv[2])
-kw = {"mutate": False} if "validate" in measure else {"validate": False}
+kw = {} if measure.endswith("_full") else {"mutate": False} if "validate" in measure else {"validate": False}
 body = orjson.dumps(common.big_training_pod())
 pod = orjson.loads(body)
 if measure.startswith("corpus"):  # every corpus workload once
@@ -136,6 +136,7 @@ INSTRUCTION_MEASURES = (
     "pod_mutate_fresh",
     "corpus_mean_validate",
     "corpus_mean_mutate",
+    "corpus_mean_full",  # mutate, then validate the mutated object: what `trainguard check` does
 )
 
 

@@ -437,3 +437,92 @@ def test_skipped_policies_are_not_remembered_across_kinds(tmp_path: Path) -> Non
     ]
     job, skipped = {"jobs": "fail", "any": "pass"}, {"jobs": "skip", "any": "pass"}
     assert outcomes == [job, skipped, job]
+
+
+_TWO_CONTAINER_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p", "namespace": "ml"},
+    "spec": {
+        "containers": [
+            {
+                "name": "trainer",
+                "command": ["torchrun", "--nnodes=2", "--nproc-per-node=8", "train.py"],
+                "resources": {"limits": {"nvidia.com/gpu": 8}},
+            },
+            {"name": "sidecar", "command": ["sh", "-c", "sleep infinity"]},
+        ]
+    },
+}
+
+
+def _env_policy(tmp_path: Path, container: int) -> Path:
+    (tmp_path / "env.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: env\n"
+        "spec:\n  mode: Enforce\n  mutations:\n    - name: env\n      patchExpression: >-\n"
+        f'        [{{"op": "upsert", "path": "/spec/containers/{container}/env", "key": "name",\n'
+        '          "value": {"name": "ADDED", "value": "1"}}]\n'
+    )
+    return tmp_path
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("mutate", "validate", "reads"),
+    [
+        # 2 containers adapted, then the mutated object: only the container the mutation changed.
+        pytest.param(True, True, 3, id="mutate-then-validate-rereads-only-the-changed-container"),
+        pytest.param(True, False, 2, id="mutate-only-adapts-once"),
+        pytest.param(False, True, 2, id="validate-only-adapts-once"),
+    ],
+)
+def test_a_review_reads_again_only_the_containers_its_mutations_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str, mutate: bool, validate: bool, reads: int
+) -> None:
+    from webhook.workloads import podtemplate
+
+    read = podtemplate._container
+    calls: list[str] = []
+
+    def counting(c: Any, *args: Any) -> Any:
+        calls.append(c["name"])
+        return read(c, *args)
+
+    monkeypatch.setattr(podtemplate, "_container", counting)
+    engine = Engine(load_policy_set([_env_policy(tmp_path, 1)], backend), load_config())
+    decision = engine.review(AdmissionInput(object=_TWO_CONTAINER_POD), mutate=mutate, validate=validate)
+    assert len(calls) == reads
+    assert decision.workload is not None
+    trainer, sidecar = decision.workload.groups[0].containers
+    if mutate and validate:  # the validated workload is the mutated object's, read where it changed
+        assert calls[2:] == ["sidecar"]
+        assert sidecar.env == {"ADDED": "1"}
+    else:
+        assert sidecar.env == {}
+    assert trainer.env == {} and trainer.torchrun is not None and trainer.torchrun.nnodes is not None
+
+
+@pytest.mark.parametrize(
+    ("spent_between", "reads"),
+    [
+        pytest.param(0, 1, id="budget-where-it-stood-reuses"),
+        pytest.param(1, 2, id="budget-elsewhere-reads-again"),
+    ],
+)
+def test_a_remembered_container_is_reused_only_with_the_budget_where_it_stood(
+    spent_between: int, reads: int
+) -> None:
+    from webhook.workloads import podtemplate
+    from webhook.workloads.torchrun import WorkloadBudget
+
+    memo: dict[tuple[Any, ...], Any] = {}
+    c = _TWO_CONTAINER_POD["spec"]["containers"][0]
+    first_budget, second_budget = WorkloadBudget(), WorkloadBudget()
+    first = podtemplate.remembered_container(memo, c, "/spec/containers/0", None, "", 0, None, first_budget)
+    second_budget.remaining -= spent_between
+    before = second_budget.remaining
+    second = podtemplate.remembered_container(memo, c, "/spec/containers/0", None, "", 0, None, second_budget)
+    assert len(memo) == reads
+    assert second == first
+    # A reuse charges what the first reading spent, as reading again would.
+    assert before - second_budget.remaining == WorkloadBudget().remaining - first_budget.remaining

@@ -144,6 +144,8 @@ class Engine:
             priority_classes=self.priority_classes,
             namespace=namespace,
             launch_allowance=INLINE_LAUNCH_STEPS if inp.yield_at is not None else None,
+            # Both phases: the validation may adapt the mutated object again (see below).
+            containers={} if mutate and validate else None,
         )
         # Remembered adaptations are keyed by content and namespace; a call that brings its own
         # runtimes is adapted afresh.
@@ -181,7 +183,8 @@ class Engine:
             if patcher.ops and validate:
                 # Validation sees the mutated object. Without validation (the /mutate endpoint)
                 # nothing reads the re-adapted workload, so it is not built: the Decision then
-                # carries the workload the mutations saw.
+                # carries the workload the mutations saw. Containers the mutations left alone
+                # are not read again (ctx.containers).
                 workload = adapted.build(patcher.doc, ctx) or workload
 
         if validate:

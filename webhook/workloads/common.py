@@ -61,6 +61,11 @@ VALID_ROLES: frozenset[str] = frozenset(("training", "inference"))
 VALID_TIERS: frozenset[str] = frozenset(("guaranteed", "preemptible"))
 
 
+# (id of a container object, where it is read, the launch budget then) -> (that object, the
+# TrainJob trainer block it was read with, the Container read, the launch work it spent).
+ContainerMemo = dict[tuple[Any, ...], tuple[Any, Any, Any, int]]
+
+
 @dataclass(frozen=True)
 class AdaptContext:
     """What an adapter may know beyond the object itself."""
@@ -73,6 +78,9 @@ class AdaptContext:
     namespace: str | None = None  # default namespace for objects without one
     # Steps of launch-line reading allowed before raising torchrun.Deferred (None: the caps only).
     launch_allowance: int | None = None
+    # Containers read earlier in the same review, by the identity of their object (see
+    # podtemplate.remembered_container); None: every container is read afresh.
+    containers: ContainerMemo | None = None
 
 
 # --------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 from webhook.errors import InputError
 from webhook.fields import pointer_to_path
 from webhook.workloads.common import (
+    ContainerMemo,
     Draft,
     tas_constraints,
     text,
@@ -119,10 +120,13 @@ def read_template(
             _not_a(raw, "a list", source, where + "/spec/containers")
         base = f"{pointer}/spec/containers/" if patchable else None
         out = []
+        memo = d.ctx.containers
         for i, c in enumerate(raw):
-            container = _container(
-                c, f"{base}{i}" if base else "", source, where, i, trainer, d.launch_budget
-            )
+            at = f"{base}{i}" if base else ""
+            if memo is None:
+                container = _container(c, at, source, where, i, trainer, d.launch_budget)
+            else:
+                container = remembered_container(memo, c, at, source, where, i, trainer, d.launch_budget)
             gpus += container.gpus
             out.append(container)
         containers = tuple(out)
@@ -200,6 +204,37 @@ def _str_map(value: Any, source: str | None, where: str, suffix: str) -> dict[st
         if type(v) is not str:
             out[k] = text(v) or ""
     return out
+
+
+def remembered_container(
+    memo: ContainerMemo,
+    c: Any,
+    pointer: str,
+    source: str | None,
+    where: str,
+    index: int,
+    trainer: dict[str, Any] | None,
+    budget: WorkloadBudget,
+) -> Container:
+    """_container(), or the Container it returned for this very object earlier in the review.
+
+    A review that mutates and then validates adapts its object twice, and a mutation copies only
+    what it changes (the Patcher copies on write): a container it left alone is the same object
+    the first adaptation read, and reading it again (its environment, its launch line) would give
+    the same Container. It does only while the launch budget stands where it stood then, so that
+    is part of the key, and a reuse charges the budget what the first reading spent. The memo
+    holds each object it keys by id, so no id is reused while it lives: one review.
+    """
+    key = (id(c), pointer, source, where, index, id(trainer), budget.remaining, budget.allowance)
+    known = memo.get(key)
+    if known is not None and known[0] is c and known[1] is trainer:
+        budget.remaining -= known[3]
+        container: Container = known[2]
+        return container
+    before = budget.remaining
+    container = _container(c, pointer, source, where, index, trainer, budget)
+    memo[key] = (c, trainer, container, before - budget.remaining)
+    return container
 
 
 def _container(

@@ -22,7 +22,8 @@ with `TorchrunSpec.limit` saying why (the `launch-limits` policy shows it as a w
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from webhook.workloads.model import TorchrunSpec
 from webhook.workloads.torchrun import kubelet
@@ -40,7 +41,7 @@ from webhook.workloads.torchrun.limits import (
     over,
 )
 from webhook.workloads.torchrun.shell import Unfollowable, mentions_launcher
-from webhook.workloads.torchrun.spec import Injected, LaunchParse, evaluate
+from webhook.workloads.torchrun.spec import Injected, LaunchParse, evaluate, spec_of
 from webhook.workloads.torchrun.unknown import ARGV, INVALID, LIMIT
 
 __all__ = [
@@ -73,10 +74,14 @@ def parse_container(
     not make one. `container_index`: the container's place in its pod (limits.MAX_CONTAINERS).
     `budget`: the work its workload has left (limits.MAX_WORKLOAD_WORK), charged with this parse.
     """
-    parsed = parse_launch(
-        command, args, env, injected=injected, container_index=container_index, budget=budget
-    )
-    return parsed.spec
+    # parse_launch's spec, without building the LaunchParse around it: this runs for every
+    # container of every admitted object.
+    meter = budget.meter() if budget is not None else Meter()
+    try:
+        return _parse(command, args, env, injected, container_index, meter, spec_of)
+    finally:
+        if budget is not None:
+            budget.spent(meter)
 
 
 def parse_launch(
@@ -91,10 +96,16 @@ def parse_launch(
     """Like parse_container, with the launched argv, the reason for an INVALID verdict and the work spent."""
     meter = budget.meter() if budget is not None else Meter()
     try:
-        return _parse(command, args, env, injected, container_index, meter)
+        parsed = _parse(command, args, env, injected, container_index, meter, evaluate)
+        return parsed if parsed is not None else LaunchParse(spec=None, work=meter.work)
     finally:
         if budget is not None:
             budget.spent(meter)
+
+
+_T = TypeVar("_T")
+# What a found launch becomes: evaluate (a LaunchParse) or spec_of (its spec alone).
+_Finish = Callable[[Found, Meter, "Mapping[str, Injected] | None", "str | None"], _T]
 
 
 def _parse(
@@ -104,26 +115,30 @@ def _parse(
     injected: Mapping[str, Injected] | None,
     container_index: int,
     meter: Meter,
-) -> LaunchParse:
+    finish: _Finish[_T],
+) -> _T | None:
+    """`finish` of the container's launch, or None when it has none (no launcher, no PET_* of its own)."""
+    own_pet = "PET_NNODES" in env or "PET_NPROC_PER_NODE" in env
+    if not command and not args and not own_pet and container_index < MAX_CONTAINERS:
+        return None  # the image's own entrypoint (a sidecar's, often): no launch line to read
     words = (*command, *args)
     limit = _over_a_cap(words, env, container_index)
-    own_pet = "PET_NNODES" in env or "PET_NPROC_PER_NODE" in env
     if limit is None:
         full = {**env, **{k: v.value for k, v in injected.items()}} if injected else env
         try:
             found = _find(command, words, full, meter)
             if found is None:
                 if not own_pet:
-                    return LaunchParse(spec=None, work=meter.work)
+                    return None
                 found = Found(launcher="env", argv=(), env=_pet(env))
-            return evaluate(found, meter, injected)
+            return finish(found, meter, injected, None)
         except OverLimit as e:
             limit = str(e)
     # Past a cap: nothing more is read than a scan for a launcher's name.
     launcher = next((m for m in map(mentions_launcher, words) if m), None)
     if launcher is None and not own_pet:
-        return LaunchParse(spec=None, work=meter.work)
-    return evaluate(Found(launcher or "env", None, {}), meter, limit=limit)
+        return None
+    return finish(Found(launcher or "env", None, {}), meter, None, limit)
 
 
 def _over_a_cap(words: Sequence[str], env: Mapping[str, str | None], container_index: int) -> str | None:
@@ -142,7 +157,9 @@ def _over_a_cap(words: Sequence[str], env: Mapping[str, str | None], container_i
 def _find(
     command: Sequence[str], words: Sequence[str], env: Mapping[str, str | None], meter: Meter
 ) -> Found | None:
-    expanded = [kubelet.expand(w, env, meter) for w in words]
+    # Without a "$" there is nothing for the kubelet to expand (and nothing charged, as there).
+    dollar = "$" in "".join(words)
+    expanded = [kubelet.expand(w, env, meter) for w in words] if dollar else list(words)
     if not expanded or not (command or launcher_word(expanded[0])):
         return None
     try:

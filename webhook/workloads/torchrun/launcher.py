@@ -33,13 +33,18 @@ class Found:
 
 
 def base(word: str) -> str:
-    return word.rsplit("/", 1)[-1]
+    return word[word.rfind("/") + 1 :]  # no list built; the word itself when it has no "/"
 
 
 def launcher_word(word: str) -> bool:
     """Could this word start a launch (as `args[0]` when the image's entrypoint is unknown)?"""
     b = base(word)
     return b == "torchrun" or b in SHELLS or b in _WRAPPERS or _PYTHON.fullmatch(b) is not None
+
+
+def _may_launch(head: str) -> bool:
+    """Whether find_launch reads past a command's first word (else it returns None at once)."""
+    return UNK not in head and launcher_word(head)
 
 
 def find_launch(argv: Sequence[str], env: Environ, depth: int, meter: Meter) -> Found | None:
@@ -160,7 +165,7 @@ def _find_in_shell(argv: Sequence[str], start: int, env: Environ, depth: int, me
     inner = ShellState.inheriting(env, meter)
     if i + 1 < n:
         inner.set_params(list(argv[i + 2 :]), argv[i + 1])
-    return run_script(script, inner, depth + 1, meter, find_launch)
+    return run_script(script, inner, depth + 1, meter, find_launch, _may_launch)
 
 
 # A wrapper reads its own options from argv[start:] and returns the index of the wrapped command.

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from webhook.workloads.torchrun.limits import Meter
 from webhook.workloads.torchrun.unknown import UNK as _UNK
@@ -34,6 +35,7 @@ class _Opt:
     choices: tuple[str, ...] | None = None
     env: bool = True  # action=env / check_env: falls back to PET_<DEST>
     exits: bool = False  # -h/--help, --print-completion: print and exit, never launch
+    checked: bool = False  # a value has a type or choices to check (_convert has work to do)
 
 
 def _o(
@@ -47,7 +49,7 @@ def _o(
     # argparse's dest: the first long option string, dashes turned into underscores.
     longs = [s for s in strings if s.startswith("--")]
     dest = (longs[0] if longs else strings[0]).lstrip("-").replace("-", "_")
-    return _Opt(strings, dest, takes_value, type, choices, env, exits)
+    return _Opt(strings, dest, takes_value, type, choices, env, exits, type != "str" or choices is not None)
 
 
 _RUN_OPTIONS: tuple[_Opt, ...] = (
@@ -209,16 +211,24 @@ _MAX_CLASSIFIED = 4096
 _MAX_CLASSIFIED_WORD = 256
 
 
-def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) -> None:
-    """torch's parser over argv; raises TorchExit where torch exits."""
-    options, prefixes = _OPTION_MAPS[launcher], _PREFIX_MAPS[launcher]
-    known = _CLASSIFIED[launcher]
+_DASHDASH: _Classified = ("-", None, "", None)
+_POSITIONAL: _Classified = ("A", None, "", None)
+
+
+def _classify_all(
+    argv: Sequence[str],
+    options: dict[str, _Opt],
+    prefixes: dict[str, tuple[str, ...]],
+    known: dict[str, _Classified],
+    meter: Meter,
+) -> list[_Classified]:
+    """argparse's reading of every word, in order (after `--`, all positional), remembered in `known`."""
     classified: list[_Classified] = []
     for k, word in enumerate(argv):
         meter.charge(1 + len(word))  # classifying reads the word a fixed number of times
         if word == "--":
-            classified.append(("-", None, "", None))
-            classified.extend(("A", None, "", None) for _ in argv[k + 1 :])
+            classified.append(_DASHDASH)
+            classified.extend(_POSITIONAL for _ in argv[k + 1 :])
             break
         reading = known.get(word)
         if reading is None:
@@ -226,17 +236,57 @@ def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) ->
             if len(word) <= _MAX_CLASSIFIED_WORD and len(known) < _MAX_CLASSIFIED:
                 known[word] = reading
         classified.append(reading)
+    return classified
 
-    def store(opt: _Opt, value: str | bool) -> None:
-        out.values[opt.dest] = (value, "flag")
-        if isinstance(value, str):
+
+def _remembered(argv: Sequence[str], known: dict[str, _Classified], meter: Meter) -> list[_Classified] | None:
+    """_classify_all when every word read is remembered and the meter has room for all of them: the
+    same readings and the same charge, made at once. None otherwise (then _classify_all, word by
+    word, charges up to the word that fails, as before)."""
+    n = len(argv)
+    stop = argv.index("--") if "--" in argv else n
+    head = argv[:stop]
+    cost = len(head) + sum(map(len, head))
+    if stop < n:
+        cost += 3  # `--` itself, charged 1 + 2
+    if meter.work + cost > meter.budget:
+        return None
+    classified: list[_Classified | None] = list(map(known.get, head))
+    if None in classified:
+        return None
+    meter.charge(cost)
+    if stop < n:
+        classified.append(_DASHDASH)
+        classified.extend([_POSITIONAL] * (n - stop - 1))
+    return cast(list[_Classified], classified)
+
+
+def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) -> None:
+    """torch's parser over argv; raises TorchExit where torch exits."""
+    options = _OPTION_MAPS[launcher]
+    classified = _remembered(argv, _CLASSIFIED[launcher], meter)
+    if classified is None:
+        classified = _classify_all(argv, options, _PREFIX_MAPS[launcher], _CLASSIFIED[launcher], meter)
+
+    values, unknown = out.values, out.unknown
+
+    def store(opt: _Opt, value: str | None) -> None:
+        """The option's value (None: a flag, stored as True)."""
+        if value is None:
+            values[opt.dest] = (True, "flag")
+            if opt.exits:
+                raise TorchExit(f"{'/'.join(opt.strings)} prints and exits")
+            unknown.discard(opt.dest)
+            return
+        values[opt.dest] = (value, "flag")
+        if opt.checked:
             _convert(opt, value, from_env=False)
         if opt.exits:
             raise TorchExit(f"{'/'.join(opt.strings)} prints and exits")
-        if isinstance(value, str) and _UNK in value:
-            out.unknown.add(opt.dest)
+        if _UNK in value:
+            unknown.add(opt.dest)
         else:
-            out.unknown.discard(opt.dest)
+            unknown.discard(opt.dest)
 
     extras: list[str] = []
     i, script = 0, False
@@ -260,7 +310,7 @@ def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) ->
         while True:
             if explicit is not None:
                 if not opt.takes_value and option_string[1] != "-" and explicit != "":
-                    store(opt, True)
+                    store(opt, None)
                     if explicit[0] == _UNK:
                         out.argv_unknown = True
                         return
@@ -276,7 +326,7 @@ def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) ->
                     break
                 raise TorchExit(f"argument {'/'.join(opt.strings)}: ignored explicit argument {explicit!r}")
             if not opt.takes_value:
-                store(opt, True)
+                store(opt, None)
                 i += 1
                 break
             if i + 1 < len(argv) and classified[i + 1][0] in ("A", "U"):

@@ -32,11 +32,20 @@ _KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while"
 _SEPARATORS = frozenset({";", "&&", "||", "&", "|", "|&", ";;", "(", ")", "\n"})
 _IFS = re.compile(r"[ \t\n]+")
 _LITERAL_RUN = re.compile(r"[^ \t\r\n\\'\"`$<>;&|()]+")
+_BLANKS = re.compile(r"[ \t\r]+")
+_NAME_CHARS = re.compile(r"\w*")  # what str.isalnum() or "_" accepts, character for character
+_QUOTED_RUN = re.compile(r'[^"\\$`]+')  # inside double quotes: text up to the next special character
 _WORD_END = frozenset(" \t\r\n;&|()")  # what ends a plain word (not `<>`: `2>` is an io number)
+_SPECIAL_START = frozenset(" \t\r\n#\\'\"`$<>;&|()")  # what a literal run does not start with
 _HEX = re.compile(r"[0-9A-Fa-f]{1,2}")
 _BRACE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*|\d+|[@*#?$!-])(?:(:?[-=+?])(.*))?", re.S)
 _SHELL_META = re.compile(r"[$`\\'\"]")
 _REDIRECTIONS = ("<<<", "<<-", "&>>", "<<", ">>", "<&", ">&", "<>", ">|", "&>", "<", ">")
+# A script without quotes, escapes, expansions, redirections or comments is words and operators
+# only: one regex splits it, into the tokens the lexer's loop would make one character at a time.
+_NOT_PLAIN = re.compile(r"[\\'\"`$<>#]")
+_PLAIN_TOKENS = re.compile(r"[^ \t\r\n;&|()]+|&&|\|\||;;|\|&|[;&|()\n]")
+_OPERATORS = frozenset({";", "&", "|", "(", ")", "\n", "&&", "||", ";;", "|&"})
 _ANSI = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "f": "\f", "v": "\v"}
 
 # Finds the launch in one command's argv (launcher.find_launch); passed in to keep the modules acyclic.
@@ -144,6 +153,21 @@ class Lexer:
         return ShellSyntaxError(f"{msg} at offset {self.i}")
 
     def run(self) -> list[Token]:
+        if _NOT_PLAIN.search(self.s) is None:
+            return self.plain()
+        return self.scan()
+
+    def plain(self) -> list[Token]:
+        """The tokens of a plain script (no character of _NOT_PLAIN): what scan() makes of it."""
+        self.tokens = [
+            ("op", t) if t in _OPERATORS else ("word", Word([("lit", t, False)]))
+            for t in _PLAIN_TOKENS.findall(self.s)
+        ]
+        self.i = len(self.s)
+        return self.tokens
+
+    def scan(self) -> list[Token]:
+        """The tokens of any script, one character (or literal run) at a time."""
         s = self.s
         builder: _WordBuilder | None = None
 
@@ -159,16 +183,32 @@ class Lexer:
                 self.tokens.append(("word", builder.word()))
                 builder = None
 
-        while self.i < len(s):
+        n = len(s)
+        while self.i < n:
             c = s[self.i]
-            if c in " \t\r":
+            if c not in _SPECIAL_START:  # literal text, the most common start: tested first
+                m = _LITERAL_RUN.match(s, self.i)
+                assert m is not None
+                end = m.end()
+                if builder is None and (end == n or s[end] in _WORD_END):
+                    # A plain word, the common case: one token, no builder.
+                    self.tokens.append(("word", Word([("lit", m.group(), False)])))
+                else:
+                    add("lit", m.group(), False)
+                self.i = end
+            elif c in " \t\r":
                 end_word()
                 self.i += 1
+                if self.i < n and s[self.i] in " \t\r":  # a run of blanks (indentation): at once
+                    blanks = _BLANKS.match(s, self.i)
+                    if blanks is not None:
+                        self.i = blanks.end()
             elif c == "\n":
                 end_word()
                 self.tokens.append(("op", "\n"))
                 self.i += 1
-                self._read_heredocs()
+                if self.heredocs:
+                    self._read_heredocs()
             elif c == "#" and builder is None:
                 nl = s.find("\n", self.i)
                 self.i = len(s) if nl < 0 else nl
@@ -208,16 +248,11 @@ class Lexer:
                     op = two
                 self.tokens.append(("op", op))
                 self.i += len(op)
-            else:
+            else:  # "#" inside a word: literal text
                 m = _LITERAL_RUN.match(s, self.i)
                 assert m is not None
-                end = m.end()
-                if builder is None and (end == len(s) or s[end] in _WORD_END):
-                    # A plain word, the common case: one token, no builder.
-                    self.tokens.append(("word", Word([("lit", m.group(), False)])))
-                else:
-                    add("lit", m.group(), False)
-                self.i = end
+                add("lit", m.group(), False)
+                self.i = m.end()
         end_word()
         return self.tokens
 
@@ -269,9 +304,9 @@ class Lexer:
                 self._backtick()
                 add("unk", None, True)
             else:
-                j = self.i + 1
-                while j < len(s) and s[j] not in '"\\$`':
-                    j += 1
+                # The first character is text whatever it is (a backslash before an ordinary one).
+                text = _QUOTED_RUN.match(s, self.i + 1)
+                j = text.end() if text is not None else self.i + 1
                 add("lit", s[self.i : j], True)
                 self.i = j
 
@@ -330,9 +365,8 @@ class Lexer:
             add("lit", "", True)
             self._double_quoted(add)
         elif nxt and (nxt.isalpha() or nxt == "_"):
-            j = i + 1
-            while j < len(s) and (s[j].isalnum() or s[j] == "_"):
-                j += 1
+            name = _NAME_CHARS.match(s, i + 1)
+            j = name.end() if name is not None else i + 1
             add("var", (s[i + 1 : j], "", ""), quoted)
             self.i = j
         elif nxt and nxt in "@*":
@@ -511,17 +545,55 @@ def expand_word(word: Word, state: ShellState, meter: Meter, split: bool = True)
     return fields
 
 
-def _simple_commands(tokens: list[Token]) -> Iterator[list[Token]]:
-    cur: list[Token] = []
-    for tok in tokens:
-        if tok[0] == "op" and tok[1] in _SEPARATORS:
-            if cur:
-                yield cur
-            cur = []
-        else:
-            cur.append(tok)
-    if cur:
-        yield cur
+def _simple_commands(tokens: list[Token]) -> Iterator[tuple[int, list[Word]]]:
+    """Each simple command: its number of tokens and its words (a redirection and its target dropped)."""
+    words: list[Word] = []
+    count, skip = 0, False
+    for kind, payload in tokens:
+        if kind == "op" and payload in _SEPARATORS:
+            if count:
+                yield count, words
+            words, count, skip = [], 0, False
+            continue
+        count += 1
+        if skip:
+            skip = False
+        elif kind == "redir":
+            skip = True
+        elif kind == "word":
+            words.append(cast(Word, payload))
+    if count:
+        yield count, words
+
+
+def _charge_ones(meter: Meter, units: int) -> None:
+    """`units` charges of 1, as if made one by one: at once when they fit, else one at a time (so
+    that the meter stops at the same count)."""
+    if meter.work + units <= meter.budget:
+        meter.charge(units)
+    else:
+        for _ in range(units):
+            meter.charge(1)
+
+
+def _argv(words: list[Word], state: ShellState, meter: Meter) -> list[str]:
+    """The fields of the words, in order: expand_word of each (a plain literal word, the common
+    case, read here without the call; its charge of 1 is made with its neighbours')."""
+    argv: list[str] = []
+    pending = 0
+    for w in words:
+        parts = w.parts
+        if len(parts) == 1 and parts[0][0] == "lit":
+            argv.append(cast(str, parts[0][1]))
+            pending += 1
+            continue
+        if pending:
+            _charge_ones(meter, pending)
+            pending = 0
+        argv.extend(expand_word(w, state, meter))
+    if pending:
+        _charge_ones(meter, pending)
+    return argv
 
 
 def lex(script: str, meter: Meter) -> list[Token]:
@@ -533,8 +605,19 @@ def lex(script: str, meter: Meter) -> list[Token]:
     return Lexer(script).run()
 
 
-def run_script(script: str, state: ShellState, depth: int, meter: Meter, find: FindLaunch) -> Found | None:
-    """The first command of the script that launches torch (via `find`), or None."""
+def run_script(
+    script: str,
+    state: ShellState,
+    depth: int,
+    meter: Meter,
+    find: FindLaunch,
+    starts: Callable[[str], bool] | None = None,
+) -> Found | None:
+    """The first command of the script that launches torch (via `find`), or None.
+
+    `starts`, when given, tells from a command's first word whether `find` could find anything
+    there: when it says no, the command is passed by with the one step `find` would charge.
+    """
     if depth > MAX_DEPTH:
         raise OverLimit(f"it nests shells more than {MAX_DEPTH} deep")
     try:
@@ -544,18 +627,8 @@ def run_script(script: str, state: ShellState, depth: int, meter: Meter, find: F
         if launcher:
             raise Unfollowable(launcher) from None
         return None
-    for cmd in _simple_commands(tokens):
-        meter.charge(len(cmd))
-        words: list[Word] = []
-        skip_next = False
-        for kind, payload in cmd:
-            if skip_next:
-                skip_next = False
-                continue
-            if kind == "redir":
-                skip_next = True
-            elif kind == "word":
-                words.append(cast(Word, payload))
+    for count, words in _simple_commands(tokens):
+        meter.charge(count)
         i = 0
         while i < len(words) and words[i].literal() in _KEYWORDS:
             i += 1
@@ -582,11 +655,14 @@ def run_script(script: str, state: ShellState, depth: int, meter: Meter, find: F
                     state.vars.pop(lit, None)
                     state.exported.discard(lit)
             continue
-        argv = [f for w in rest for f in expand_word(w, state, meter)]
+        argv = _argv(rest, state, meter)
         if not argv:
             continue
         if argv[0] == "eval":
-            found = _eval(" ".join(argv[1:]), state, assigns, depth, meter, find)
+            found = _eval(" ".join(argv[1:]), state, assigns, depth, meter, find, starts)
+        elif starts is not None and not starts(argv[0]):
+            meter.charge(1)  # what `find` charges to look at a command that starts nothing
+            continue
         else:
             found = find(argv, state.environ(assigns), depth, meter)
         if found is not None:
@@ -595,7 +671,13 @@ def run_script(script: str, state: ShellState, depth: int, meter: Meter, find: F
 
 
 def _eval(
-    script: str, state: ShellState, assigns: dict[str, str | None], depth: int, meter: Meter, find: FindLaunch
+    script: str,
+    state: ShellState,
+    assigns: dict[str, str | None],
+    depth: int,
+    meter: Meter,
+    find: FindLaunch,
+    starts: Callable[[str], bool] | None,
 ) -> Found | None:
     """`eval`: the joined words run as a script in (a copy of) this shell, prefixes applied."""
     meter.nest()
@@ -607,7 +689,7 @@ def _eval(
         arg0=state.arg0,
         params_size=state.params_size,
     )
-    return run_script(script, inner, depth + 1, meter, find)
+    return run_script(script, inner, depth + 1, meter, find, starts)
 
 
 def _join_fields(fields: list[str]) -> str | None:

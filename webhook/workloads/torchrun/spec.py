@@ -53,6 +53,29 @@ def evaluate(
     limit: str | None = None,
 ) -> LaunchParse:
     """torch's reading of a found launch; `injected` names the PET_* values the operator set."""
+    spec, error = read(found, meter, injected, limit)
+    return LaunchParse(
+        spec=spec, argv=found.argv, env=dict(found.env), error=error, limit=limit, work=meter.work
+    )
+
+
+def spec_of(
+    found: Found,
+    meter: Meter,
+    injected: Mapping[str, Injected] | None = None,
+    limit: str | None = None,
+) -> TorchrunSpec:
+    """evaluate's spec alone: what a container's view keeps (no LaunchParse built for it)."""
+    return read(found, meter, injected, limit)[0]
+
+
+def read(
+    found: Found,
+    meter: Meter,
+    injected: Mapping[str, Injected] | None = None,
+    limit: str | None = None,
+) -> tuple[TorchrunSpec, str | None]:
+    """The spec of a found launch, and why torch would reject it (None when it would not)."""
     out = Values()
     error: str | None = None
     bad_field: str | None = None
@@ -69,18 +92,13 @@ def evaluate(
         if error is None:
             error, bad_field = str(e), e.field
 
-    def raw(dest: str) -> tuple[str | None, str | None]:
-        if dest not in out.values or dest in out.unknown:
-            return None, (out.values[dest][1] if dest in out.values else None)
-        value, source = out.values[dest]
-        return str(value), source
-
-    sources: dict[str, str] = {}
+    # Each field: its text (None when absent or unknown) and, when present, where it came from.
+    values = out.values
     unknown: set[str] = set(out.unknown)
+    sources = {dest: values[dest][1] for dest in FIELDS if dest in values}
+    text = {dest: str(v[0]) for dest, v in values.items() if dest not in unknown}
 
-    nnodes, src = raw("nnodes")
-    if src:
-        sources["nnodes"] = src
+    nnodes = text.get("nnodes")
     nnodes_min = nnodes_max = None
     if nnodes is not None:
         try:
@@ -89,9 +107,7 @@ def evaluate(
             error = error or str(e)
             bad_field = bad_field or "nnodes"
 
-    nproc, src = raw("nproc_per_node")
-    if src:
-        sources["nproc_per_node"] = src
+    nproc = text.get("nproc_per_node")
     nproc_int: int | None = None
     if nproc is not None:
         try:
@@ -99,19 +115,11 @@ def evaluate(
         except ValueError:
             nproc_int = None
 
-    standalone = False
-    if "standalone" in out.values:
-        sources["standalone"] = out.values["standalone"][1]
-        standalone = bool(out.values["standalone"][0]) and "standalone" not in unknown
+    standalone = "standalone" in values and bool(values["standalone"][0]) and "standalone" not in unknown
+    backend = text.get("rdzv_backend")
 
-    backend, src = raw("rdzv_backend")
-    if src:
-        sources["rdzv_backend"] = src
-
-    restarts_raw, src = raw("max_restarts")
+    restarts_raw = text.get("max_restarts")
     max_restarts: int | None = None
-    if src:
-        sources["max_restarts"] = src
     if restarts_raw is not None:
         try:
             max_restarts = int(restarts_raw)
@@ -140,7 +148,8 @@ def evaluate(
         markers.append(ARGV)
     if limit is not None:
         markers.append(LIMIT)
-    markers.extend(f for f in FIELDS if f in unknown)
+    if unknown:
+        markers.extend(f for f in FIELDS if f in unknown)
     spec = TorchrunSpec(
         launcher=found.launcher,
         nnodes=nnodes,
@@ -156,9 +165,7 @@ def evaluate(
         injected=origins,
         limit=limit,
     )
-    return LaunchParse(
-        spec=spec, argv=found.argv, env=dict(found.env), error=error, limit=limit, work=meter.work
-    )
+    return spec, error
 
 
 def _min_max(nnodes: str) -> tuple[int, int]:
