@@ -343,7 +343,7 @@ class Engine:
         if reason is not None:
             return PolicyResult(cp.name, "skip", (reason,))
         if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
-            return _KUEUE_MANAGED[cp.name]
+            return _kueue_managed(cp)
         return None
 
     def _run(
@@ -364,7 +364,7 @@ class Engine:
             # Not evaluated: decide.py maps the error through failurePolicy (Fail denies, Ignore warns).
             return PolicyResult(cp.name, "error", (BUDGET_EXCEEDED,))
         if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
-            return _KUEUE_MANAGED[cp.name]
+            return _kueue_managed(cp)
         return self._evaluate(cp, workload, namespace, now, bindings, patcher, evaluate.UNKNOWN)
 
     def _evaluate(
@@ -392,16 +392,9 @@ class Engine:
         return evaluate.validate(cp, bindings, folded)
 
 
-class _KueueManaged(dict[str, PolicyResult]):
-    """Each mutating policy's result on a pod Kueue manages, made once: Kueue's pod webhook
-    rejects label changes on the pods it manages."""
-
-    def __missing__(self, name: str) -> PolicyResult:
-        result = self[name] = PolicyResult(name, "skip", ("pod managed by Kueue: never relabelled",))
-        return result
-
-
-_KUEUE_MANAGED = _KueueManaged()
+def _kueue_managed(cp: CompiledPolicy) -> PolicyResult:
+    # Kueue's pod webhook rejects label changes on the pods it manages.
+    return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
 
 
 def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:
