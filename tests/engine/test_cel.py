@@ -58,11 +58,21 @@ def test_missing_key_is_an_evaluation_error(backend: str) -> None:
         be.compile("workload.nothere > 1").evaluate(be.activation(DATA))
 
 
-def test_returned_nulls_do_not_drain_references_to_none() -> None:
+@pytest.mark.parametrize(
+    "expression",
+    [
+        pytest.param("[null, workload.elastic, {'a': null}]", id="list-and-map"),
+        pytest.param("{1: null, 2: [null]}", id="keys-json-cannot-name"),
+        pytest.param("[duration('1s'), null]", id="a-value-json-cannot-write"),
+        pytest.param("[b'x', [[null]], 'null']", id="bytes-and-a-null-string"),
+        pytest.param("null", id="bare"),
+    ],
+)
+def test_returned_nulls_do_not_drain_references_to_none(expression: str) -> None:
     # cel-expr-python 0.1.3 returns CEL null without a reference to None; on Python < 3.12 the
     # interpreter aborts once None's count reaches zero. The backend must give them back.
     be = make_backend("cel-expr-python")
-    program = be.compile("[null, workload.elastic, {'a': null}]")
+    program = be.compile(expression)
     activation = be.activation(DATA)
     for _ in range(100):
         program.evaluate(activation)

@@ -348,6 +348,97 @@ def test_list_elements_carry_every_field_a_policy_reads_through_macros_and_varia
         ]
 
 
+def _policies(tmp_path: Path, rules: dict[str, str], *, mutations: dict[str, str] | None = None) -> Path:
+    """One validating policy per rule (name: expression), one mutating policy per mutation."""
+    for name, expression in rules.items():
+        (tmp_path / f"{name}.yaml").write_text(
+            "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\n"
+            f"metadata:\n  name: {name}\nspec:\n  mode: Enforce\n  failurePolicy: Ignore\n"
+            f"  validations:\n    - expression: '{expression}'\n      message: {name} says no\n"
+        )
+    for name, edits in (mutations or {}).items():
+        (tmp_path / f"{name}.yaml").write_text(
+            "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\n"
+            f"metadata:\n  name: {name}\nspec:\n  mode: Enforce\n  failurePolicy: Ignore\n"
+            f"  mutations:\n    - name: m\n      patchExpression: '{edits}'\n"
+        )
+    return tmp_path
+
+
+def _label(key: str, value: str) -> str:
+    return f'[{{"op": "merge", "path": "/metadata/labels", "value": {{"{key}": {value}}}}}]'
+
+
+@pytest.mark.parametrize(
+    ("rules", "mutations", "outcomes"),
+    [
+        pytest.param(
+            {"a": "true", "b": "false", "c": "object.spec.parallelism == 4"},
+            {},
+            {"a": "pass", "b": "fail", "c": "pass"},
+            id="each-its-own-result",
+        ),
+        pytest.param(
+            {"a": "false", "b": "object.spec.nothere > 1", "c": "1 / (object.spec.parallelism - 4) > 0"},
+            {},
+            {"a": "fail", "b": "error", "c": "error"},
+            id="errors-stay-with-their-policies",
+        ),
+        pytest.param(
+            {"a": "object.spec.parallelism > 1", "b": "true"},
+            {
+                "m1": _label("x", '"1"'),
+                "m2": "object.spec.nothere > 1 ? [] : " + _label("y", '"2"'),
+                "m3": _label("z", '"3"'),
+            },
+            {"a": "pass", "b": "pass", "m1": "pass", "m2": "error", "m3": "pass"},
+            id="a-failing-mutation-leaves-the-others",
+        ),
+    ],
+)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_policies_evaluated_together_decide_as_one_by_one(
+    tmp_path: Path, backend: str, rules: dict[str, str], mutations: dict[str, str], outcomes: dict[str, str]
+) -> None:
+    # One evaluation serves a phase's policies; a request whose policy times are wanted takes them
+    # one by one: both must give every policy its own result and the same patch.
+    engine = Engine(
+        load_policy_set([_policies(tmp_path, rules, mutations=mutations)], backend), load_config()
+    )
+    # the C++ runtime's phases each have one program here (cel-python evaluates one by one)
+    assert (engine.policies.validating_program is not None) is (backend == "cel-expr-python")
+    together = engine.review(AdmissionInput(object=NO_GANG_JOB))
+    timings: dict[str, float] = {}
+    alone = engine.review(AdmissionInput(object=NO_GANG_JOB), timings=timings)
+    assert {r.policy: r.outcome for r in together.results} == outcomes
+    assert together.results == alone.results
+    assert together.patch == alone.patch
+    assert [f.message for f in together.warnings] == [f.message for f in alone.warnings]
+    assert sorted(timings) == sorted(outcomes)
+
+
+def test_skipped_policies_are_not_remembered_across_kinds(tmp_path: Path) -> None:
+    (tmp_path / "jobs.yaml").write_text(
+        "apiVersion: trainguard.dev/v1alpha1\nkind: TrainingPolicy\nmetadata:\n  name: jobs\n"
+        "spec:\n  mode: Enforce\n  match:\n    kinds: [Job]\n  validations:\n"
+        "    - expression: 'false'\n      message: no jobs\n"
+    )
+    _policies(tmp_path, {"any": "true"})
+    engine = Engine(load_policy_set([tmp_path]), load_config())
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {"containers": [{"name": "t", "image": "x"}]},
+    }
+    outcomes = [
+        {r.policy: r.outcome for r in engine.review(AdmissionInput(object=obj)).results}
+        for obj in (NO_GANG_JOB, pod, NO_GANG_JOB)
+    ]
+    job, skipped = {"jobs": "fail", "any": "pass"}, {"jobs": "skip", "any": "pass"}
+    assert outcomes == [job, skipped, job]
+
+
 _TWO_CONTAINER_POD: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "Pod",

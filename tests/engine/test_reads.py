@@ -104,6 +104,83 @@ def test_reads_finds_the_paths_each_variable_is_read_at(sources: list[str], expe
     assert reads(sources, VARIABLES) == expected
 
 
+# Of a map tested or indexed by a literal key, only that key is kept; any other use keeps it whole.
+LITERAL_KEYS = [
+    pytest.param('"a/b" in workload.labels', {"labels": {"a/b": {}}}, id="in-a-literal"),
+    pytest.param('workload.labels["a/b"] == "x"', {"labels": {"a/b": {}}}, id="index-a-literal"),
+    pytest.param(
+        'workload.labels["a/b"].startsWith("y")', {"labels": {"a/b": {}}}, id="a-method-on-the-value"
+    ),
+    pytest.param("has(workload.labels.ab)", {"labels": {"ab": {}}}, id="has-a-field"),
+    pytest.param(
+        '"a/b" in workload.labels ? workload.labels["a/b"] : workload.annotations["c"]',
+        {"labels": {"a/b": {}}, "annotations": {"c": {}}},
+        id="in-then-index",
+    ),
+    pytest.param('!("a/b" in workload.labels)', {"labels": {"a/b": {}}}, id="negated-in-parentheses"),
+    pytest.param('f(1, "a/b" in workload.labels)', {"labels": {"a/b": {}}}, id="an-argument"),
+    pytest.param("x.all(k, k in workload.labels)", {"labels": {}}, id="a-computed-key-keeps-it-whole"),
+    pytest.param("workload.labels[workload.kind]", {"labels": {}, "kind": {}}, id="a-computed-index"),
+    pytest.param('"a" + "b" in workload.labels', {"labels": {}}, id="a-concatenated-key"),
+    pytest.param('x == "a" in workload.labels', {"labels": {}}, id="a-comparison-is-the-key"),
+    pytest.param('!"a" in workload.labels', {"labels": {}}, id="a-negated-literal-is-the-key"),
+    pytest.param('"a" in workload.labels + x', {"labels": {}}, id="the-operand-goes-on"),
+    pytest.param('"a" in workload.labels.?b', {"labels": {}}, id="an-optional-field-after"),
+    pytest.param('"a" in workload.labels[x]', {"labels": {}}, id="an-index-after"),
+    pytest.param("size(workload.labels) > 0", {"labels": {}}, id="size"),
+    pytest.param("workload.labels.exists(k, k == 'a')", {"labels": {"*": {}}}, id="iterated"),
+    pytest.param("workload.labels == {'a': 'b'}", {"labels": {}}, id="equality"),
+    pytest.param('f(workload.labels)["a"]', {"labels": {}}, id="passed-along"),
+    pytest.param('"a\\"b" in workload.labels', {"labels": {}}, id="an-escape-in-the-key"),
+    pytest.param('"*" in workload.labels', {"labels": {}}, id="the-element-marker-as-a-key"),
+    pytest.param("workload.labels[''] == ''", {"labels": {}}, id="the-empty-key"),
+    pytest.param("r'a' in workload.labels", {"labels": {}}, id="a-raw-string"),
+    pytest.param(
+        ['"a" in workload.labels', "size(workload.labels) > 1"],
+        {"labels": {}},
+        id="another-expression-sizing-it",
+    ),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), LITERAL_KEYS)
+def test_a_map_read_by_literal_keys_keeps_only_them(
+    source: str | list[str], expected: dict[str, Any]
+) -> None:
+    sources = [source] if isinstance(source, str) else source
+    assert reads(sources, ["workload"]) == {"workload": expected}
+
+
+@pytest.mark.parametrize(("source", "expected"), LITERAL_KEYS)
+@pytest.mark.parametrize("backend", ["cel-expr-python", "cel-python"])
+def test_an_expression_decides_alike_on_the_trimmed_value(
+    source: str | list[str], expected: dict[str, Any], backend: str
+) -> None:
+    # What the analysis keeps must be enough: each expression's value (or its error) on the
+    # trimmed `workload` is its value on the whole one.
+    from webhook.engine.cel import CelEvalError, make_backend
+
+    be = make_backend(backend)
+    whole = {"labels": {"a/b": "yes", "a": "1", "ab": "2", "*": "3", "": "4", "c": "5"}, "kind": "a"}
+    whole["annotations"] = {"c": "x", "a/b": "y"}
+    sources = [source] if isinstance(source, str) else source
+    tree = reads(sources, ["workload"])["workload"]
+    for text in sources:
+        try:
+            program = be.compile(text)
+        except Exception:  # a made-up function (f): the reading above is what counts
+            continue
+
+        def run(workload: Any, program: Any = program) -> Any:
+            data = {"workload": workload, "x": ["a"]}
+            try:
+                return program.evaluate(be.activation(data))
+            except CelEvalError:
+                return "error"
+
+        assert run(trim(whole, tree)) == run(whole), text
+
+
 @pytest.mark.parametrize(
     ("value", "tree", "expected"),
     [
@@ -262,6 +339,9 @@ def _shipped_trees() -> list[Any]:
         ),
         pytest.param({"*": {}}, id="the-workload-iterated"),
         pytest.param({"torchrun": {"*": {"*": {}}}}, id="a-torchrun-entry-iterated"),
+        pytest.param(
+            {"labels": {"kueue.x-k8s.io/queue-name": {}}, "annotations": {"a/b": {}}}, id="literal-keys"
+        ),
     ],
 )
 def test_the_trimmed_view_is_the_whole_view_with_unread_paths_left_out(tree: Any) -> None:

@@ -12,8 +12,13 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+import orjson
+
 # Every expression sees these variables; all are dynamic (JSON-like) values.
 VARIABLES = ("object", "oldObject", "request", "workload", "oldWorkload", "params", "cluster", "variables")
+# The engine's own variable in a program of several policies (CppBackend.compile_selected): which
+# of them the request selects. Policies cannot name it: their sources compile without it first.
+SELECTED = "selected"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -92,6 +97,16 @@ def _none_slots(value: Any) -> int:
     return n
 
 
+def _may_hold_none(value: Any) -> bool:
+    """False when a plain value surely holds no None (most results): screened in C, by orjson
+    (a sixth of repr()'s cost on the shipped policies' results), before the walk in Python. A
+    string holding "null" or a NaN (written null) only costs the walk, which counts exactly."""
+    try:
+        return b"null" in orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # what JSON cannot write (a duration, bytes, a CEL type, a huge int)
+        return "None" in repr(value)
+
+
 def _none_restorer() -> Any:
     """A function that gives None back the references a plain value holds to it.
 
@@ -110,8 +125,7 @@ def _none_restorer() -> Any:
     def restore(value: Any) -> None:
         if value is None:
             incref(None)
-        # Most results hold no null: repr() screens them out in C before the walk in Python.
-        elif (type(value) is list or type(value) is dict) and "None" in repr(value):
+        elif (type(value) is list or type(value) is dict) and _may_hold_none(value):
             for _ in range(_none_slots(value)):
                 incref(None)
 
@@ -174,10 +188,11 @@ class CppBackend:
     def activation(self, data: Mapping[str, Any], constants: Any = None) -> Any:
         return self._env.Activation({**constants, **data} if constants else dict(data))
 
-    def compile_folded(
+    def folded_source(
         self, conditions: Sequence[str], variables: Sequence[tuple[str, str]], body: str
-    ) -> Program | None:
-        """A policy's whole evaluation as one program, or None when it cannot be written as one.
+    ) -> str | None:
+        """The source of a policy's whole evaluation as one program, or None when it cannot be
+        written as one.
 
         Each evaluation pays a few microseconds of the runtime's own overhead and, on the first
         evaluation of an activation, the conversion of what it reads; evaluating a policy's
@@ -196,13 +211,6 @@ class CppBackend:
         """
         if not all(_IDENTIFIER.fullmatch(name) for name, _ in variables):
             return None
-        if self._bind_env is None:
-            from cel_expr_python.ext import ext_bindings, ext_strings
-
-            self._bind_env = self._cel.NewEnv(
-                variables=dict.fromkeys(VARIABLES, self._cel.Type.DYN),
-                extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
-            )
         source = ("[variables.size(), (\n" if variables else "[0, (\n") + body + "\n)]"
         for i in range(len(variables) - 1, -1, -1):
             name, expression = variables[i]
@@ -211,6 +219,33 @@ class CppBackend:
             source = f"cel.bind(variables, {{{entries}}}, {source})"
         for condition in reversed(conditions):
             source = f"(\n{condition}\n) ? ({source}) : []"
+        return source
+
+    def compile_selected(self, sources: Sequence[str | None]) -> Program | None:
+        """One program for several folded policies (folded_source): item i is policy i's value
+        when `SELECTED[i]` holds in the activation, else [] (always [] where the source is None);
+        None when it does not compile.
+
+        One evaluation per phase instead of one per policy saves the runtime's own overhead of
+        each (about as much as a small policy's whole evaluation). It fails when any selected
+        policy fails: the caller then evaluates them one by one, so that one policy's error
+        never becomes another's.
+        """
+        body = ", ".join(
+            "[]" if source is None else f"{SELECTED}[{i}] ? (\n{source}\n) : []"
+            for i, source in enumerate(sources)
+        )
+        return self.compile_folded(f"[{body}]")
+
+    def compile_folded(self, source: str) -> Program | None:
+        """A program of the engine's own rewriting (folded_source), None when it does not compile."""
+        if self._bind_env is None:
+            from cel_expr_python.ext import ext_bindings, ext_strings
+
+            self._bind_env = self._cel.NewEnv(
+                variables=dict.fromkeys((*VARIABLES, SELECTED), self._cel.Type.DYN),
+                extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
+            )
         try:
             expr = self._bind_env.compile(source)
         except RuntimeError:

@@ -33,29 +33,43 @@ class Folded:
 
     Each returns [] when a matchCondition is false, else [n, values] with one value per
     validation (`[]` where it holds; `[message, field]` where it fails, each the value of its
-    messageExpression / fieldExpression, null where there is none) or per mutation (its edits).
+    messageExpression / fieldExpression, "" where there is none) or per mutation (its edits).
     """
 
     validations: Program | None
     mutations: Program | None
+    # their sources, for a program of several policies (PolicySet.programs)
+    validations_source: str | None = None
+    mutations_source: str | None = None
 
 
 def _fold(policy: Policy, backend: Backend) -> Folded | None:
     """The policy's folded programs, None when the backend cannot fold (or this policy)."""
+    folded_source = getattr(backend, "folded_source", None)
     compile_folded = getattr(backend, "compile_folded", None)
-    if compile_folded is None:
+    if folded_source is None or compile_folded is None:
         return None
     conditions = [m.expression.source for m in policy.match_conditions]
     variables = [(v.name, v.expression.source) for v in policy.variables]
 
-    def folded(body: str) -> Program:
-        program: Program | None = compile_folded(conditions, variables, body)
+    def folded(body: str) -> tuple[Program, str | None]:
+        source: str | None = folded_source(conditions, variables, body)
+        if source is None:
+            raise _NoFastPath
+        # Compiled as the item it is in a phase's program (_phase_program), so that compiling
+        # here tells whether it fits there: the runtime's parser limits the nesting depth.
+        program: Program | None = compile_folded(f"[true ? (\n{source}\n) : []]")
+        if program is not None:
+            return _Single(program), source
+        program = compile_folded(source)  # too deep to join a phase's program: evaluated alone
         if program is None:
             raise _NoFastPath
-        return program
+        return program, None
 
     def optional(expression: Expression | None) -> str:
-        return f"(\n{expression.source}\n)" if expression is not None else "null"
+        # "" where there is no expression: read as its absence (evaluate._folded_result), and,
+        # unlike null, no reference to None that the C++ runtime's results would have to restore
+        return f"(\n{expression.source}\n)" if expression is not None else '""'
 
     try:
         validations = mutations = None
@@ -73,13 +87,30 @@ def _fold(policy: Policy, backend: Backend) -> Folded | None:
             mutations = folded(
                 "[" + ", ".join(f"(\n{m.patch_expression.source}\n)" for m in policy.mutations) + "]"
             )
-        return Folded(validations=validations, mutations=mutations)
+        return Folded(
+            validations=validations[0] if validations else None,
+            mutations=mutations[0] if mutations else None,
+            validations_source=validations[1] if validations else None,
+            mutations_source=mutations[1] if mutations else None,
+        )
     except Exception:  # _NoFastPath, or anything the rewriting trips on: the generic path serves
         return None
 
 
 class _NoFastPath(Exception):
     pass
+
+
+class _Single:
+    """A program written as a one-item phase program (`[true ? (folded) : []]`): its item."""
+
+    __slots__ = ("_program",)
+
+    def __init__(self, program: Program) -> None:
+        self._program = program
+
+    def evaluate(self, activation: Any) -> Any:
+        return self._program.evaluate(activation)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +147,10 @@ class PolicySet:
     # the view builders made from them), made on first use and kept for the set's life: the
     # webhook builds a new Engine on every cluster change, the set only when its files change.
     derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Each phase's policies (in the order of `mutating` / `validating`) as one program
+    # (CppBackend.compile_selected); None where the backend or a policy cannot fold.
+    mutating_program: Program | None = field(default=None, compare=False, repr=False)
+    validating_program: Program | None = field(default=None, compare=False, repr=False)
 
     @property
     def mutating(self) -> tuple[CompiledPolicy, ...]:
@@ -166,7 +201,31 @@ def compile_policy(backend: Backend, policy: Policy) -> CompiledPolicy:
 def compile_policies(
     policies: list[Policy], digest: str, backend: Backend, sources: tuple[str, ...] = ()
 ) -> PolicySet:
-    return PolicySet(tuple(compile_policy(backend, p) for p in policies), digest, backend, sources)
+    compiled = tuple(compile_policy(backend, p) for p in policies)
+    return PolicySet(
+        compiled,
+        digest,
+        backend,
+        sources,
+        mutating_program=_phase_program(backend, [p for p in compiled if p.policy.mutating], mutating=True),
+        validating_program=_phase_program(
+            backend, [p for p in compiled if not p.policy.mutating], mutating=False
+        ),
+    )
+
+
+def _phase_program(backend: Backend, policies: Sequence[CompiledPolicy], *, mutating: bool) -> Program | None:
+    """One program for the policies of a phase that fold (the others' items are always []), None
+    when the backend cannot fold or fewer than two policies would share it."""
+    compile_selected = getattr(backend, "compile_selected", None)
+    sources = [
+        (p.folded.mutations_source if mutating else p.folded.validations_source) if p.folded else None
+        for p in policies
+    ]
+    if compile_selected is None or sum(s is not None for s in sources) < 2:
+        return None
+    program: Program | None = compile_selected(sources)
+    return program
 
 
 def load_policy_set(paths: Sequence[str | Path] = (), backend: Backend | str | None = None) -> PolicySet:

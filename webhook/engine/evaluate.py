@@ -64,16 +64,22 @@ def _conditions_met(cp: CompiledPolicy, bindings: Bindings) -> bool:
     return True
 
 
-def _folded(program: Program | None, bindings: Bindings, count: int) -> list[Any] | None:
+# A folded program's value not known yet: validate() and mutate() evaluate the program themselves
+UNKNOWN: Any = object()
+
+
+def _folded(program: Program | None, bindings: Bindings, count: int, result: Any) -> list[Any] | None:
     """A folded program's values (compile.Folded): [] when a condition is false, else one value per
     expression; None: take the generic path (no folded program, or an evaluation error, which the
-    generic path attributes exactly to the condition, variable or expression that failed)."""
-    if program is None:
-        return None
-    try:
-        result = program.evaluate(bindings.activation())
-    except Exception:
-        return None
+    generic path attributes exactly to the condition, variable or expression that failed).
+    `result`: the program's value where a phase's program evaluated it already, else UNKNOWN."""
+    if result is UNKNOWN:
+        if program is None:
+            return None
+        try:
+            result = program.evaluate(bindings.activation())
+        except Exception:
+            return None
     if type(result) is not list:
         return None
     if not result:
@@ -96,9 +102,10 @@ def _with_variables(cp: CompiledPolicy, bindings: Bindings) -> Any:
     return activation
 
 
-def validate(cp: CompiledPolicy, bindings: Bindings) -> PolicyResult:
+def validate(cp: CompiledPolicy, bindings: Bindings, value: Any = UNKNOWN) -> PolicyResult:
+    """The policy's result; `value`: its folded program's, when known already."""
     folded = cp.folded
-    verdicts = _folded(folded.validations if folded else None, bindings, len(cp.validations))
+    verdicts = _folded(folded.validations if folded else None, bindings, len(cp.validations), value)
     if verdicts is not None:
         return _folded_result(cp, verdicts)
     try:
@@ -161,9 +168,11 @@ def _field(value: Any, static: str | None) -> str | None:
     return value if isinstance(value, str) and value else static
 
 
-def mutate(cp: CompiledPolicy, bindings: Bindings, patcher: Patcher) -> PolicyResult:
+def mutate(cp: CompiledPolicy, bindings: Bindings, patcher: Patcher, value: Any = UNKNOWN) -> PolicyResult:
+    """The policy's result, its edits applied to `patcher`; `value`: its folded program's, when
+    known already."""
     folded = cp.folded
-    values = _folded(folded.mutations if folded else None, bindings, len(cp.mutations))
+    values = _folded(folded.mutations if folded else None, bindings, len(cp.mutations), value)
     if values is not None and not values:
         return cp.unmet
     try:

@@ -18,6 +18,7 @@ import orjson
 from webhook.config import PlatformConfig
 from webhook.context import Runtimes, eviction_key
 from webhook.engine import decide, evaluate, match, reads
+from webhook.engine.cel import SELECTED, Program
 from webhook.engine.compile import CompiledPolicy, PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
@@ -54,6 +55,8 @@ class AdmissionInput:
 
 
 BUDGET_EXCEEDED = "time budget exceeded"
+# Kinds of request whose skipped policies an Engine remembers (a few dozen are seen in practice)
+_SKIPS_KEPT = 256
 # Launch-line steps a yielding review (AdmissionInput.yield_at) reads before Deferred: about 13 ms
 # at the slowest rate measured (torchrun.limits), far above what real workloads take (thousands).
 INLINE_LAUNCH_STEPS = 16_384
@@ -91,6 +94,15 @@ class Engine:
         self._adapted = _Adapted(remember)
         self._mutating = policies.mutating  # PolicySet builds these tuples on every access
         self._validating = policies.validating
+        # _skipped(): each phase's skipped policies by what decides them (kind, role, tier …)
+        self._skips: dict[tuple[Any, ...], tuple[tuple[PolicyResult | None, ...], list[bool]]] = {}
+        # Which policies the phase's one program evaluates (the others' items are always [])
+        self._joined = (
+            tuple(
+                cp.folded is not None and cp.folded.validations_source is not None for cp in self._validating
+            ),
+            tuple(cp.folded is not None and cp.folded.mutations_source is not None for cp in self._mutating),
+        )
         # Only what the policies read is handed to CEL (engine/reads.py), per phase: the webhook's
         # /mutate and /validate calls each build and convert just what their own policies read.
         params = config.params()
@@ -154,14 +166,20 @@ class Engine:
         evaluated: list[tuple[Policy, PolicyResult]] = []
         now = now or datetime.now(UTC)
         run = self._run if timings is None else self._timed(timings)
+        # One evaluation for all of a phase's policies, unless each policy's time is wanted
+        together = timings is None
 
         patcher = Patcher(obj)
         if mutate:
             bindings = self._bindings(self._mutation, obj, workload, inp.old_object, old_workload, request)
-            for cp in self._mutating:
-                _yield_if_due(inp)
-                result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
-                evaluated.append((cp.policy, result))
+            program = self.policies.mutating_program if together else None
+            if program is None or not self._together(
+                program, self._mutating, workload, inp, namespace, now, bindings, patcher, evaluated
+            ):
+                for cp in self._mutating:
+                    _yield_if_due(inp)
+                    result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
+                    evaluated.append((cp.policy, result))
             if patcher.ops and validate:
                 # Validation sees the mutated object. Without validation (the /mutate endpoint)
                 # nothing reads the re-adapted workload, so it is not built: the Decision then
@@ -173,10 +191,14 @@ class Engine:
             bindings = self._bindings(
                 self._validation, patcher.doc, workload, inp.old_object, old_workload, request
             )
-            for cp in self._validating:
-                _yield_if_due(inp)
-                result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
-                evaluated.append((cp.policy, result))
+            program = self.policies.validating_program if together else None
+            if program is None or not self._together(
+                program, self._validating, workload, inp, namespace, now, bindings, None, evaluated
+            ):
+                for cp in self._validating:
+                    _yield_if_due(inp)
+                    result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
+                    evaluated.append((cp.policy, result))
 
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
         return decide.decide(decision, evaluated)
@@ -235,6 +257,95 @@ class Engine:
 
         return run
 
+    def _together(
+        self,
+        program: Program,
+        policies: Sequence[CompiledPolicy],
+        workload: Workload,
+        inp: AdmissionInput,
+        namespace: str | None,
+        now: datetime,
+        bindings: evaluate.Bindings,
+        patcher: Patcher | None,
+        evaluated: list[tuple[Policy, PolicyResult]],
+    ) -> bool:
+        """A phase's policies evaluated by its one program (PolicySet.mutating_program /
+        validating_program), with the results _run gives; False, with nothing done, where they
+        must be evaluated one by one instead: when the deadline has passed (before or during
+        the evaluation: those policies were not evaluated in time) or any policy fails (so that
+        its error is its own, not every policy's)."""
+        _yield_if_due(inp)
+        deadline = inp.deadline
+        if deadline is not None and monotonic() >= deadline:
+            return False
+        skipped, selected = self._skipped(policies, workload, inp.operation, namespace, patcher)
+        bindings.data[SELECTED] = selected
+        try:
+            values = program.evaluate(bindings.activation())
+        except Exception:  # a CelEvalError, or a runtime fault: the policies say which, one by one
+            return False
+        if type(values) is not list or len(values) != len(policies):
+            return False
+        if deadline is not None and monotonic() >= deadline:
+            return False
+        exceptions = self.exceptions
+        for cp, skip, value, joined in zip(
+            policies, skipped, values, self._joined[patcher is not None], strict=True
+        ):
+            if inp.yield_at is not None:
+                _yield_if_due(inp)
+            if skip is not None:
+                result = skip
+            elif not joined:
+                result = self._evaluate(cp, workload, namespace, now, bindings, patcher, evaluate.UNKNOWN)
+            elif patcher is None and not exceptions:
+                result = evaluate.validate(cp, bindings, value)
+            else:
+                result = self._evaluate(cp, workload, namespace, now, bindings, patcher, value)
+            evaluated.append((cp.policy, result))
+        return True
+
+    def _skipped(
+        self,
+        policies: Sequence[CompiledPolicy],
+        workload: Workload,
+        operation: str,
+        namespace: str | None,
+        patcher: Patcher | None,
+    ) -> tuple[tuple[PolicyResult | None, ...], list[bool]]:
+        """Each policy's result where it does not apply (_skip), None where it does, and which
+        apply; remembered by what decides it, the same for most requests."""
+        w = workload
+        kueue_managed = patcher is not None and w.kueue_managed
+        key = (
+            patcher is not None, operation, namespace, bool(w.member), w.role, w.klass, w.tier, w.kind,
+            w.api_version, kueue_managed,
+        )  # fmt: skip
+        known = self._skips.get(key)
+        if known is None:
+            skipped = tuple(self._skip(cp, w, operation, namespace, patcher) for cp in policies)
+            known = skipped, [skip is None for skip in skipped]
+            if len(self._skips) >= _SKIPS_KEPT:
+                self._skips.clear()
+            self._skips[key] = known
+        return known[0], list(known[1])
+
+    def _skip(
+        self,
+        cp: CompiledPolicy,
+        workload: Workload,
+        operation: str,
+        namespace: str | None,
+        patcher: Patcher | None,
+    ) -> PolicyResult | None:
+        """The result of a policy that does not apply to this request, None when it applies."""
+        reason = match.skip_reason(cp.policy.match, workload, operation, namespace)
+        if reason is not None:
+            return PolicyResult(cp.name, "skip", (reason,))
+        if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
+            return _kueue_managed(cp)
+        return None
+
     def _run(
         self,
         cp: CompiledPolicy,
@@ -253,20 +364,37 @@ class Engine:
             # Not evaluated: decide.py maps the error through failurePolicy (Fail denies, Ignore warns).
             return PolicyResult(cp.name, "error", (BUDGET_EXCEEDED,))
         if patcher is not None and workload.kueue_managed and cp.policy.match.kueue_managed_pods == "Exclude":
-            # Kueue's pod webhook rejects label changes on the pods it manages.
-            return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
+            return _kueue_managed(cp)
+        return self._evaluate(cp, workload, namespace, now, bindings, patcher, evaluate.UNKNOWN)
+
+    def _evaluate(
+        self,
+        cp: CompiledPolicy,
+        workload: Workload,
+        namespace: str | None,
+        now: datetime,
+        bindings: evaluate.Bindings,
+        patcher: Patcher | None,
+        folded: Any,
+    ) -> PolicyResult:
+        """An applicable policy's result; `folded`: its folded program's value, if known already."""
         for exception in self.exceptions:
             justification = exception.exempts(cp.name, workload, namespace, now)
             if justification is not None:
                 result = (
-                    evaluate.mutate(cp, bindings, Patcher(patcher.doc))
+                    evaluate.mutate(cp, bindings, Patcher(patcher.doc), folded)
                     if patcher
-                    else evaluate.validate(cp, bindings)
+                    else evaluate.validate(cp, bindings, folded)
                 )
                 return PolicyResult(cp.name, "exempt", result.messages, result.fields, (), justification)
         if patcher is not None:
-            return evaluate.mutate(cp, bindings, patcher)
-        return evaluate.validate(cp, bindings)
+            return evaluate.mutate(cp, bindings, patcher, folded)
+        return evaluate.validate(cp, bindings, folded)
+
+
+def _kueue_managed(cp: CompiledPolicy) -> PolicyResult:
+    # Kueue's pod webhook rejects label changes on the pods it manages.
+    return PolicyResult(cp.name, "skip", ("pod managed by Kueue: never relabelled",))
 
 
 def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:

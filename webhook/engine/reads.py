@@ -52,8 +52,42 @@ _MACROS = frozenset(("all", "exists", "exists_one", "map", "filter"))
 _CLOSING = {"(": ")", "[": "]", "{": "}"}
 
 
+# A literal kept by its number in the stripped text (_strip): `"3"` is the fourth literal. Digits
+# only, so that no name is read in it and no literal index (`[0]`) is taken for it.
+_KEPT = re.compile(r'"([0-9]+)"')
+# `LITERAL in` where nothing before the literal binds tighter than `in` (so the literal alone is
+# the key tested): the start of the scanned text, an opening bracket, a comma, `?`, `:`, `&&`, `||`
+_KEY_IN = re.compile(r'(?:^|[(\[{,?:]|&&|\|\|)\s*"([0-9]+)"\s*in\s+$')
+# What may follow a chain so that it is the whole right operand of `in`: the end, a closing
+# bracket, a comma, `?`, `:`, `&&`, `||`, `==`, `!=` (anything binding tighter would take part)
+_AFTER_OPERAND = re.compile(r"\s*(?:$|[)\]},?:]|&&|\|\||==|!=)")
+
+
 def strip_literals(source: str) -> str:
-    return _LITERALS.sub('""', _INDEX.sub(r".\2", source))
+    return _strip(source)[0]
+
+
+def _strip(source: str) -> tuple[str, list[str]]:
+    """`source` with every literal and comment replaced (literals are not reads), and the values
+    of the plain string literals that may be a map's key (`"k" in m`, `m["k"]`): those become
+    `"N"`, N their index in the list; the others `""`."""
+    keys: list[str] = []
+
+    def replace(found: re.Match[str]) -> str:
+        text = found.group(0)
+        value = text[1:-1]
+        if (
+            text[0] in "'\""
+            and len(text) > 2
+            and text[1] != text[0]  # an empty literal, or one of triple quotes
+            and "\\" not in value
+            and value != ELEMENT
+        ):
+            keys.append(value)
+            return f'"{len(keys) - 1}"'
+        return '""'
+
+    return _LITERALS.sub(replace, _INDEX.sub(r".\2", source)), keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +111,10 @@ def policy_reads(policies: Iterable[PolicySources], variables: Iterable[str]) ->
         scope: dict[str, Tree] = {name: roots.setdefault(name, {_PARTIAL: {}}) for name in wanted}
         reader = _Reader(scope)
         for name, source in policy.variables:
-            reader.define(name, strip_literals(source))
+            text, reader.keys = _strip(source)
+            reader.define(name, text)
         for source in policy.expressions:
-            text = strip_literals(source)
+            text, reader.keys = _strip(source)
             reader.scan(text, 0, len(text), scope)
     return {name: _finish(tree) for name, tree in roots.items() if len(tree) != 1 or _PARTIAL not in tree}
 
@@ -91,6 +126,7 @@ class _Reader:
         self.scope = scope
         # policy variables whose value is the elements (or a value) of a tree node
         self.aliases: dict[str, Tree] = {}
+        self.keys: list[str] = []  # the string literals of the text being read (_strip)
 
     def define(self, name: str, text: str) -> None:
         """Scan a policy variable's source; remember it as an alias when it holds a node's value."""
@@ -148,8 +184,23 @@ class _Reader:
                     pos = found.end()
                     continue
                 pos, value = self._postfix(text, root[1], end, root[0], scope)
-            if value is not None:  # the chain ends on a value that is used as it is
+            if value is None:
+                continue
+            key = self._key_in(text, start, found.start(), pos, end)
+            if key is not None:  # `"k" in m`: of a map, only the key k is read
+                _whole(_child(value, key))
+            else:  # the chain ends on a value that is used as it is
                 _whole(value)
+
+    def _key_in(self, text: str, start: int, chain: int, after: int, end: int) -> str | None:
+        """The key a `"k" in` before the chain starting at `chain` (and ending at `after`)
+        tests, None unless the chain is the whole right operand of `in` and the literal alone its
+        left one."""
+        # from the character before the scanned text: the bracket or comma that opens it
+        before = _KEY_IN.search(text, max(start - 1, 0), chain)
+        if before is None or _AFTER_OPERAND.match(text, after, end) is None:
+            return None
+        return self.keys[int(before.group(1))]
 
     def _postfix(
         self, text: str, pos: int, end: int, node: Tree, scope: dict[str, Tree]
@@ -188,6 +239,10 @@ class _Reader:
                 close = _closing(text, bracket, end)
                 if close is not None and text[bracket + 1 : close].strip().isdigit():
                     node, pos = _child(node, ELEMENT), close + 1
+                    continue
+                literal = _KEPT.fullmatch(text[bracket + 1 : close].strip()) if close is not None else None
+                if close is not None and literal is not None:  # m["k"] reads the key k, as m.k does
+                    node, pos = _child(node, self.keys[int(literal.group(1))]), close + 1
                     continue
                 _whole(node)
                 if close is None:
