@@ -173,13 +173,9 @@ class Engine:
         if mutate:
             bindings = self._bindings(self._mutation, obj, workload, inp.old_object, old_workload, request)
             program = self.policies.mutating_program if together else None
-            if program is None or not self._together(
-                program, self._mutating, workload, inp, namespace, now, bindings, patcher, evaluated
-            ):
-                for cp in self._mutating:
-                    _yield_if_due(inp)
-                    result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
-                    evaluated.append((cp.policy, result))
+            self._phase(
+                program, self._mutating, run, workload, inp, namespace, now, bindings, patcher, evaluated
+            )
             if patcher.ops and validate:
                 # Validation sees the mutated object. Without validation (the /mutate endpoint)
                 # nothing reads the re-adapted workload, so it is not built: the Decision then
@@ -192,13 +188,9 @@ class Engine:
                 self._validation, patcher.doc, workload, inp.old_object, old_workload, request
             )
             program = self.policies.validating_program if together else None
-            if program is None or not self._together(
-                program, self._validating, workload, inp, namespace, now, bindings, None, evaluated
-            ):
-                for cp in self._validating:
-                    _yield_if_due(inp)
-                    result = run(cp, workload, inp.operation, namespace, now, bindings, None, inp.deadline)
-                    evaluated.append((cp.policy, result))
+            self._phase(
+                program, self._validating, run, workload, inp, namespace, now, bindings, None, evaluated
+            )
 
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
         return decide.decide(decision, evaluated)
@@ -256,6 +248,30 @@ class Engine:
                 timings[cp.name] = perf_counter() - start
 
         return run
+
+    def _phase(
+        self,
+        program: Program | None,
+        policies: Sequence[CompiledPolicy],
+        run: _Run,
+        workload: Workload,
+        inp: AdmissionInput,
+        namespace: str | None,
+        now: datetime,
+        bindings: evaluate.Bindings,
+        patcher: Patcher | None,
+        evaluated: list[tuple[Policy, PolicyResult]],
+    ) -> None:
+        """One phase's policies (mutating with a `patcher`, validating without): all at once by the
+        phase's `program` where it can (_together), else one by one."""
+        if program is not None and self._together(
+            program, policies, workload, inp, namespace, now, bindings, patcher, evaluated
+        ):
+            return
+        for cp in policies:
+            _yield_if_due(inp)
+            result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
+            evaluated.append((cp.policy, result))
 
     def _together(
         self,
