@@ -263,47 +263,19 @@ class Engine:
         evaluated: list[tuple[Policy, PolicyResult]],
     ) -> None:
         """One phase's policies (mutating with a `patcher`, validating without): all at once by the
-        phase's `program` where it can (_together), else one by one."""
-        if program is not None and self._together(
-            program, policies, workload, inp, namespace, now, bindings, patcher, evaluated
-        ):
+        phase's `program` where it can (_together), with the results _run gives, else one by one."""
+        together = (
+            self._together(program, policies, workload, inp, namespace, bindings, patcher)
+            if program is not None
+            else None
+        )
+        if together is None:
+            for cp in policies:
+                _yield_if_due(inp)
+                result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
+                evaluated.append((cp.policy, result))
             return
-        for cp in policies:
-            _yield_if_due(inp)
-            result = run(cp, workload, inp.operation, namespace, now, bindings, patcher, inp.deadline)
-            evaluated.append((cp.policy, result))
-
-    def _together(
-        self,
-        program: Program,
-        policies: Sequence[CompiledPolicy],
-        workload: Workload,
-        inp: AdmissionInput,
-        namespace: str | None,
-        now: datetime,
-        bindings: evaluate.Bindings,
-        patcher: Patcher | None,
-        evaluated: list[tuple[Policy, PolicyResult]],
-    ) -> bool:
-        """A phase's policies evaluated by its one program (PolicySet.mutating_program /
-        validating_program), with the results _run gives; False, with nothing done, where they
-        must be evaluated one by one instead: when the deadline has passed (before or during
-        the evaluation: those policies were not evaluated in time) or any policy fails (so that
-        its error is its own, not every policy's)."""
-        _yield_if_due(inp)
-        deadline = inp.deadline
-        if deadline is not None and monotonic() >= deadline:
-            return False
-        skipped, selected = self._skipped(policies, workload, inp.operation, namespace, patcher)
-        bindings.data[SELECTED] = selected
-        try:
-            values = program.evaluate(bindings.activation())
-        except Exception:  # a CelEvalError, or a runtime fault: the policies say which, one by one
-            return False
-        if type(values) is not list or len(values) != len(policies):
-            return False
-        if deadline is not None and monotonic() >= deadline:
-            return False
+        skipped, values = together
         exceptions = self.exceptions
         for cp, skip, value, joined in zip(
             policies, skipped, values, self._joined[patcher is not None], strict=True
@@ -319,7 +291,37 @@ class Engine:
             else:
                 result = self._evaluate(cp, workload, namespace, now, bindings, patcher, value)
             evaluated.append((cp.policy, result))
-        return True
+
+    def _together(
+        self,
+        program: Program,
+        policies: Sequence[CompiledPolicy],
+        workload: Workload,
+        inp: AdmissionInput,
+        namespace: str | None,
+        bindings: evaluate.Bindings,
+        patcher: Patcher | None,
+    ) -> tuple[tuple[PolicyResult | None, ...], list[Any]] | None:
+        """Each policy's skip result (None where it applies) and its item of the phase's one
+        program (PolicySet.mutating_program / validating_program); None, with nothing decided,
+        where the policies must be evaluated one by one instead: when the deadline has passed
+        (before or during the evaluation: those policies were not evaluated in time) or any policy
+        fails (so that its error is its own, not every policy's)."""
+        _yield_if_due(inp)
+        deadline = inp.deadline
+        if deadline is not None and monotonic() >= deadline:
+            return None
+        skipped, selected = self._skipped(policies, workload, inp.operation, namespace, patcher)
+        bindings.data[SELECTED] = selected
+        try:
+            values = program.evaluate(bindings.activation())
+        except Exception:  # a CelEvalError, or a runtime fault: the policies say which, one by one
+            return None
+        if type(values) is not list or len(values) != len(policies):
+            return None
+        if deadline is not None and monotonic() >= deadline:
+            return None
+        return skipped, values
 
     def _skipped(
         self,
