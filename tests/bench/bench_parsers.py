@@ -146,6 +146,8 @@ PROBES: dict[str, Callable[[int], list[str]]] = {
     "timeout 5 repeated": lambda n: ["timeout", "5"] * (n // 13) + ["torchrun", "--nnodes=2", "t.py"],
     "env A=1 repeated": lambda n: ["env", "A=1"] * (n // 12) + ["torchrun", "--nnodes=2", "t.py"],
     "run of $(": lambda n: ["torchrun", "--nnodes=2", "$(" * (n // 2), "t.py"],
+    # A script with no quote, escape, `$`, redirection or comment: the lexer's one-regex split.
+    "sh: plain script": lambda n: ["sh", "-c", "timeout 5; " * (n // 11) + "torchrun --nnodes=2 t.py"],
 }
 
 
