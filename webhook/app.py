@@ -71,6 +71,7 @@ class ServerState:
     large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
     large_bytes_in_flight: int = 0
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
+    inline_slice: float = INLINE_SLICE_SECONDS  # seconds an inline decision may take before deferring
     slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
     threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))
@@ -237,13 +238,13 @@ async def _admit(
         timings: dict[str, float] | None = {} if state.metrics.sample() else None
         try:
             if inline:
-                # Most admissions: decided here, within a slice (INLINE_SLICE_SECONDS, and the
+                # Most admissions: decided here, within a slice (state.inline_slice, and the
                 # engine's cap on launch-line reading); handing them to a thread costs about half
                 # a millisecond of CPU and more of latency. A long one defers to a thread,
                 # decided afresh there, so /healthz never waits more than a slice.
                 try:
                     answer = _decide(
-                        engine, endpoint, raw, body, deadline, timings, monotonic() + INLINE_SLICE_SECONDS
+                        engine, endpoint, raw, body, deadline, timings, monotonic() + state.inline_slice
                     )
                     state.metrics.observe_placement("inline")
                     return _respond(state, endpoint, answer, start)
