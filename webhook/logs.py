@@ -30,7 +30,11 @@ FIELD_LIMIT = 256
 _RECORD_FIELD_LIMIT = 4096
 
 # Attributes every LogRecord has; anything else passed with `extra=` becomes a JSON field.
-_RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {
+    "message",
+    "asctime",
+    "color_message",  # uvicorn's copy of msg with terminal colours
+}
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,9 +47,14 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        # An admission record is written for most admissions: the loop does the least per field
+        # (clip() is called only for a string that needs cutting).
         for key, value in record.__dict__.items():
-            if key not in _RESERVED and key != "color_message" and not key.startswith("_"):
-                out[key] = clip(value, _RECORD_FIELD_LIMIT) if isinstance(value, str) else value
+            if key in _RESERVED or key[0] == "_":
+                continue
+            if isinstance(value, str) and len(value) > _RECORD_FIELD_LIMIT:
+                value = clip(value, _RECORD_FIELD_LIMIT)
+            out[key] = value
         if record.exc_info and record.exc_info[1] is not None:
             out["error"] = type(record.exc_info[1]).__name__
             out["traceback"] = self.formatException(record.exc_info)
@@ -65,6 +74,14 @@ def configure(level: str = "info", stream: Any = None) -> None:
         logger.propagate = True
     # One line per request is ours (the admission record); uvicorn's access line would repeat it.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    # A JSON line carries none of the caller's file and line, thread or process (a worker is
+    # named by _WorkerField), so records need not look them up: the logging HOWTO's
+    # "Optimization" switches. Finding the caller walks the stack on every record, and the three
+    # together are about a seventh of an admission record's cost.
+    logging._srcfile = None
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
 
 
 def clip(value: str | None, limit: int = FIELD_LIMIT) -> str | None:
