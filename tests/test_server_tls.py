@@ -663,6 +663,8 @@ def test_a_broken_policy_set_at_start_is_an_error(files: Path) -> None:
         pytest.param(True, ["--self-register"], "cluster access", id="self-register-without-cluster"),
         pytest.param(True, ["--kubeconfig", "/nonexistent/config"], "credentials", id="bad-kubeconfig"),
         pytest.param(True, ["--in-cluster", "--self-register"], "--ca-bundle", id="self-register-without-ca"),
+        pytest.param(True, ["--inline-slice", "4", "--request-budget", "4"], "--inline-slice must be",
+                     id="inline-slice-not-below-the-budget"),
     ],
 )  # fmt: skip
 def test_serve_refuses_to_start_with_exit_2(
@@ -671,6 +673,18 @@ def test_serve_refuses_to_start_with_exit_2(
     argv = serve_argv(files, *args) if tls else ["serve", "--host", "127.0.0.1", *args]
     assert cli_main([*argv, "--port", "0"]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_negative_inline_slice_is_a_usage_error(files: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli_main([*serve_argv(files, "--inline-slice", "-0.1"), "--port", "0"])
+    assert exited.value.code == 2
+    assert "--inline-slice: must not be negative" in capsys.readouterr().err
+
+
+def test_the_inline_slice_reaches_the_server_state(files: Path) -> None:
+    assert build(replace(settings_for(files), inline_slice=0.0)).state.inline_slice == 0.0
+    assert build(settings_for(files)).state.inline_slice == 0.02
 
 
 def test_serve_with_a_broken_policy_set_exits_2(files: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -49,7 +49,7 @@ LARGE_BODY_BYTES = 256 * 1024  # a 30-env 8-GPU training Pod's review is about 1
 # Bodies up to this size are decided on the event loop, within INLINE_SLICE_SECONDS (larger ones,
 # and the rare small one that needs longer, on a deciding thread).
 INLINE_BODY_BYTES = 64 * 1024
-INLINE_SLICE_SECONDS = 0.02
+INLINE_SLICE_SECONDS = 0.02  # the default of Settings.inline_slice (--inline-slice)
 RETRY_AFTER_SECONDS = 1
 _JSON = "application/json"
 _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook itself

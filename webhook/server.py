@@ -165,6 +165,7 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         metrics=Metrics(sample_every=settings.metrics_sample_every),
         max_body_bytes=settings.max_body_bytes,
         budget=settings.request_budget,
+        inline_slice=settings.inline_slice,
         large_body_budget=2 * settings.max_body_bytes,
         slots=Slots(settings.max_in_flight, settings.max_queued, settings.queue_wait),
         threads=DecisionThreads(settings.decision_threads),
@@ -255,6 +256,11 @@ def _check(settings: Settings) -> None:
         raise ServerError(f"--reload-interval must be positive, got {settings.reload_interval}")
     if settings.shutdown_delay < 0:
         raise ServerError(f"--shutdown-delay must not be negative, got {settings.shutdown_delay}")
+    if not 0 <= settings.inline_slice < settings.request_budget:
+        raise ServerError(
+            f"--inline-slice must be at least 0 and below --request-budget "
+            f"({settings.request_budget}), got {settings.inline_slice}"
+        )
     if settings.max_body_bytes < 1:
         raise ServerError(f"--max-body-bytes must be positive, got {settings.max_body_bytes}")
     for option, value in (

@@ -58,6 +58,9 @@ class Settings:
     max_headers: int = 100
     max_connections: int = 1000  # open connections per worker; uvicorn answers 503 beyond
     request_budget: float = 4.0  # seconds per admission: below the webhook's timeoutSeconds (5)
+    # Seconds an admission may run on the event loop before it moves to a deciding thread: the
+    # longest a probe or another admission waits behind one decision (0: all on threads).
+    inline_slice: float = 0.02
 
     @property
     def policy_paths(self) -> list[str | Path]:

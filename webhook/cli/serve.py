@@ -132,6 +132,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "80%% of 5). Policies not evaluated in time get their failurePolicy outcome",
     )
     limits.add_argument(
+        "--inline-slice",
+        type=_non_negative_float,
+        default=0.02,
+        metavar="S",
+        help="seconds an admission may run on the event loop before it moves to a deciding thread: "
+        "the longest a probe waits behind a decision; 0 decides every admission on a thread "
+        "(default: 0.02)",
+    )
+    limits.add_argument(
         "--header-timeout",
         type=_positive_float,
         default=10.0,
@@ -192,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
         max_in_flight=args.max_in_flight,
         max_queued=16 * args.max_in_flight,
         request_budget=args.request_budget,
+        inline_slice=args.inline_slice,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
         audit=args.audit,
