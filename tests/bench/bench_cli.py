@@ -181,7 +181,6 @@ def manifest_split(rounds: int = 9) -> dict[str, float]:
     from webhook.cli.check import result_record, summary
     from webhook.config import load_config
     from webhook.documents import collect_inputs, manifest_inputs
-    from webhook.engine import cel as cel_module
     from webhook.engine import default_policies_dir, load_policy_set
 
     inputs = manifest_inputs([str(f) for f in common.corpus_files()])
@@ -199,18 +198,6 @@ def manifest_split(rounds: int = 9) -> dict[str, float]:
 
     decisions = decide(afresh())
     records = [result_record(d, x) for d, x in zip(docs, decisions, strict=True)]
-    # The runtime's time is read by wrapping the backend's one evaluation entry point (as in
-    # bench_http.engine_split): the engine must not know it is measured.
-    program = cel_module._CppProgram
-    evaluate = program.evaluate
-    in_cel = [0.0]
-
-    def timed(self: Any, activation: Any) -> Any:
-        start = time.thread_time()
-        try:
-            return evaluate(self, activation)
-        finally:
-            in_cel[0] += time.thread_time() - start
 
     def least(run: Any, fresh: bool = False) -> float:
         best = float("inf")
@@ -233,15 +220,11 @@ def manifest_split(rounds: int = 9) -> dict[str, float]:
         ),
     }
     cel = float("inf")
-    program.evaluate = timed  # type: ignore[method-assign]
-    try:
-        for _ in range(rounds):
-            batch = afresh()
-            in_cel[0] = 0.0
+    for _ in range(rounds):
+        batch = afresh()
+        with common.cel_runtime_seconds() as in_cel:
             decide(batch)
-            cel = min(cel, in_cel[0])
-    finally:
-        program.evaluate = evaluate  # type: ignore[method-assign]
+        cel = min(cel, in_cel[0])
     out["cel"] = cel * 1e6 / n
     out["manifests"] = n
     return out
