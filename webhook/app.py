@@ -42,14 +42,13 @@ from webhook.errors import InputError
 from webhook.isolation import Busy, DecisionThreads, Slots
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
-from webhook.settings import DEFAULT_MAX_BODY_BYTES
+from webhook.settings import DEFAULT_INLINE_SLICE, DEFAULT_MAX_BODY_BYTES
 
 DEFAULT_BUDGET_SECONDS = 4.0  # below the webhook configurations' timeoutSeconds (5)
 LARGE_BODY_BYTES = 256 * 1024  # a 30-env 8-GPU training Pod's review is about 12 KB
-# Bodies up to this size are decided on the event loop, within INLINE_SLICE_SECONDS (larger ones,
-# and the rare small one that needs longer, on a deciding thread).
+# Bodies up to this size are decided on the event loop, within ServerState.inline_slice (larger
+# ones, and the rare small one that needs longer, on a deciding thread).
 INLINE_BODY_BYTES = 64 * 1024
-INLINE_SLICE_SECONDS = 0.02  # the default of Settings.inline_slice (--inline-slice)
 RETRY_AFTER_SECONDS = 1
 _JSON = "application/json"
 _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook itself
@@ -71,7 +70,7 @@ class ServerState:
     large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
     large_bytes_in_flight: int = 0
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
-    inline_slice: float = INLINE_SLICE_SECONDS  # seconds an inline decision may take before deferring
+    inline_slice: float = DEFAULT_INLINE_SLICE  # seconds an inline decision may take before deferring
     slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
     threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))

@@ -76,8 +76,8 @@ def configure(level: str = "info", stream: Any = None) -> None:
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     # A JSON line carries none of the caller's file and line, thread or process (a worker is
     # named by _WorkerField), so records need not look them up: the logging HOWTO's
-    # "Optimization" switches. Finding the caller walks the stack on every record, and the three
-    # together are about a seventh of an admission record's cost.
+    # "Optimization" switches. Finding the caller walks the stack on every record; together these
+    # lookups were about a seventh of an admission record's cost.
     logging._srcfile = None
     logging.logThreads = False
     logging.logProcesses = False

@@ -8,6 +8,7 @@ import shutil
 
 from webhook.cli._common import add_policy_args
 from webhook.logs import LEVELS
+from webhook.settings import DEFAULT_INLINE_SLICE
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -134,11 +135,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     limits.add_argument(
         "--inline-slice",
         type=_non_negative_float,
-        default=0.02,
+        default=DEFAULT_INLINE_SLICE,
         metavar="S",
         help="seconds an admission may run on the event loop before it moves to a deciding thread: "
         "the longest a probe waits behind a decision; 0 decides every admission on a thread "
-        "(default: 0.02)",
+        f"(default: {DEFAULT_INLINE_SLICE})",
     )
     limits.add_argument(
         "--header-timeout",
