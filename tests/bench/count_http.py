@@ -9,7 +9,8 @@ A server also works while idle (uvicorn's tick), and under valgrind a request ta
 milliseconds of wall time, so the same wall time spent idle is counted too and taken off;
 trainguard's policy-file poll is set to once an hour for the same reason, and its inline slice
 to 3 s (a request under valgrind takes longer than the 20 ms after which a decision moves to a
-thread and starts again there, which at full speed it does not). What the kernel does for a request (sockets, epoll) is not counted, for either server.
+thread and starts again there, which at full speed it does not). What the kernel does for a
+request (sockets, epoll) is not counted, for either server.
 
 The CEL runtime's share is read from trainguard's profile: the inclusive cost of its evaluation
 entry point, which includes converting the values an evaluation reads.
