@@ -214,14 +214,20 @@ def compile_policies(
     )
 
 
+def phase_source(cp: CompiledPolicy, *, mutating: bool) -> str | None:
+    """The policy's item in its phase's program (_phase_program); None: it is evaluated on its
+    own (it does not fold, or folded it is too deep to join)."""
+    folded = cp.folded
+    if folded is None:
+        return None
+    return folded.mutations_source if mutating else folded.validations_source
+
+
 def _phase_program(backend: Backend, policies: Sequence[CompiledPolicy], *, mutating: bool) -> Program | None:
     """One program for the policies of a phase that fold (the others' items are always []), None
     when the backend cannot fold or fewer than two policies would share it."""
     compile_selected = getattr(backend, "compile_selected", None)
-    sources = [
-        (p.folded.mutations_source if mutating else p.folded.validations_source) if p.folded else None
-        for p in policies
-    ]
+    sources = [phase_source(p, mutating=mutating) for p in policies]
     if compile_selected is None or sum(s is not None for s in sources) < 2:
         return None
     program: Program | None = compile_selected(sources)

@@ -19,7 +19,7 @@ from webhook.config import PlatformConfig
 from webhook.context import Runtimes, eviction_key
 from webhook.engine import decide, evaluate, match, reads
 from webhook.engine.cel import SELECTED, Program
-from webhook.engine.compile import CompiledPolicy, PolicySet
+from webhook.engine.compile import CompiledPolicy, PolicySet, phase_source
 from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
 from webhook.nodelevel import node_level_reason
@@ -98,10 +98,8 @@ class Engine:
         self._skips: dict[tuple[Any, ...], tuple[tuple[PolicyResult | None, ...], list[bool]]] = {}
         # Which policies the phase's one program evaluates (the others' items are always [])
         self._joined = (
-            tuple(
-                cp.folded is not None and cp.folded.validations_source is not None for cp in self._validating
-            ),
-            tuple(cp.folded is not None and cp.folded.mutations_source is not None for cp in self._mutating),
+            tuple(phase_source(cp, mutating=False) is not None for cp in self._validating),
+            tuple(phase_source(cp, mutating=True) is not None for cp in self._mutating),
         )
         # Only what the policies read is handed to CEL (engine/reads.py), per phase: the webhook's
         # /mutate and /validate calls each build and convert just what their own policies read.
