@@ -153,9 +153,19 @@ def from_pointer(ptr: str) -> str:
 
 def at(data: Any, ptr: str) -> Any:
     """The value at a JSON pointer, or None when any step is missing."""
+    return walk(data, pointer_tokens(ptr))
+
+
+def pointer_tokens(ptr: str) -> tuple[str, ...]:
+    """A JSON pointer's tokens, unescaped: what walk() follows (split once where a pointer is fixed)."""
+    return tuple(unescape(token) for token in ptr.split("/")[1:])
+
+
+def walk(data: Any, tokens: tuple[str, ...]) -> Any:
+    """The value at a pointer's tokens (pointer_tokens), or None when any step is missing."""
     node = data
-    for token in ptr.split("/")[1:]:
-        node = _child(node, unescape(token))
+    for token in tokens:
+        node = _child(node, token)
         if node is None:
             return None
     return node

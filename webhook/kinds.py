@@ -6,8 +6,10 @@ One table, read by the adapters (which adapter decides an object), the webhook-c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
+
+from webhook.fields import pointer_tokens
 
 Role = Literal["training", "inference"]
 
@@ -21,6 +23,12 @@ class KindInfo:
     role: Role
     # JSON pointer of the field that suspends the workload, for kinds Kueue suspends.
     suspend_path: str | None
+    # its tokens, split once: every admission of the kind reads the field (fields.walk)
+    suspend_tokens: tuple[str, ...] | None = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        tokens = pointer_tokens(self.suspend_path) if self.suspend_path is not None else None
+        object.__setattr__(self, "suspend_tokens", tokens)
 
     @property
     def api_versions(self) -> tuple[str, ...]:

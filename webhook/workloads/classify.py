@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import cast
 
 from webhook.config import PlatformConfig
-from webhook.fields import pointer_to_path, unescape
+from webhook.fields import pointer_to_path, walk
 from webhook.kinds import Role
 from webhook.workloads.common import (
     COSCHEDULING_LABEL,
@@ -152,22 +152,6 @@ def gang_scheduler_gaps(d: Draft, scheduler: str) -> bool:
     return clean
 
 
-_STEPS: dict[str, tuple[str, ...]] = {}  # suspend paths (from webhook.kinds) as keys to walk
-
-
-def _suspended(obj: dict[str, Any], pointer: str) -> bool:
-    """Whether the field at `pointer` is true: fields.at() without splitting the pointer each call."""
-    steps = _STEPS.get(pointer)
-    if steps is None:
-        steps = _STEPS[pointer] = tuple(unescape(t) for t in pointer.split("/")[1:])
-    node: Any = obj
-    for step in steps:
-        if not isinstance(node, dict):
-            return False
-        node = node.get(step)
-    return node is True
-
-
 def finish(d: Draft) -> Workload:
     coscheduling(d)
     groups = tuple(d.groups)
@@ -193,8 +177,8 @@ def finish(d: Draft) -> Workload:
     tier, tier_source = tier_of(d.labels, klass, priority_class, d.ctx.config)
     suspend_path = d.info.suspend_path
     suspended = None
-    if suspend_path is not None:
-        suspended = _suspended(d.obj, suspend_path)
+    if d.info.suspend_tokens is not None:
+        suspended = walk(d.obj, d.info.suspend_tokens) is True
     return Workload(
         api_version=d.obj.get("apiVersion") or "",
         kind=d.obj.get("kind") or "",
