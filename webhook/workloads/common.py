@@ -8,6 +8,7 @@ that is a list) becomes an `InputError` naming the field, and everything else is
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -266,22 +267,10 @@ def parse_checkpoint(annotations: dict[str, str]) -> Checkpoint:
     owner = annotations.get(CHECKPOINT_OWNER)
     if interval is None and uri is None and owner is None:
         return _NO_CHECKPOINT
-    key = (interval, uri, owner)
-    known = _CHECKPOINTS.get(key)
-    if known is not None:
-        return known
-    known = _read_checkpoint(interval, uri, owner)
-    # Values come from objects: only short ones are kept, and never more than 1,024 of them.
+    # Values come from objects: only short ones are remembered.
     if len(interval or "") + len(uri or "") + len(owner or "") <= 1024:
-        if len(_CHECKPOINTS) >= 1024:
-            _CHECKPOINTS.clear()
-        _CHECKPOINTS[key] = known
-    return known
-
-
-# A workload's checkpoint annotations are the same on each admission of it (and its pods'): the
-# Checkpoint is frozen, so one is shared rather than the duration and URI parsed again.
-_CHECKPOINTS: dict[tuple[str | None, str | None, str | None], Checkpoint] = {}
+        return _remembered_checkpoint(interval, uri, owner)
+    return _read_checkpoint(interval, uri, owner)
 
 
 def _read_checkpoint(interval: str | None, uri: str | None, owner: str | None) -> Checkpoint:
@@ -298,6 +287,9 @@ def _read_checkpoint(interval: str | None, uri: str | None, owner: str | None) -
     )
 
 
+# A workload's checkpoint annotations are the same on each admission of it (and its pods'): the
+# Checkpoint is frozen, so one is shared rather than the duration and URI parsed again.
+_remembered_checkpoint = functools.lru_cache(maxsize=1024)(_read_checkpoint)
 _NO_CHECKPOINT = Checkpoint()
 
 

@@ -7,6 +7,7 @@ where PyTorchJob and JobSet keep their replica counts.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from types import UnionType
@@ -301,21 +302,14 @@ class Workload:
         return sum(g.replicas for g in self.groups if g.name in torchrun_groups)
 
 
-_PATHS: dict[str, str] = {}
-
-
 def _path(pointer: str) -> str:
     """pointer_to_path(), remembered: a view renders the same template and container pointers on
-    every admission, and each takes a split and a loop to turn into a path."""
-    path = _PATHS.get(pointer)
-    if path is None:
-        path = pointer_to_path(pointer)
-        # Pointers hold names from objects: only short ones are kept, and never more than 4,096.
-        if len(pointer) <= 256:
-            if len(_PATHS) >= 4096:
-                _PATHS.clear()
-            _PATHS[pointer] = path
-    return path
+    every admission, and each takes a split and a loop to turn into a path. Pointers hold names
+    from objects: only short ones are remembered."""
+    return _remembered_path(pointer) if len(pointer) <= 256 else pointer_to_path(pointer)
+
+
+_remembered_path = functools.lru_cache(maxsize=4096)(pointer_to_path)
 
 
 def _field_prefix(group: PodGroup) -> str:
