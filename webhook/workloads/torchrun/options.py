@@ -272,18 +272,12 @@ def parse_argv(argv: Sequence[str], launcher: str, out: Values, meter: Meter) ->
 
     def store(opt: _Opt, value: str | None) -> None:
         """The option's value (None: a flag, stored as True)."""
-        if value is None:
-            values[opt.dest] = (True, "flag")
-            if opt.exits:
-                raise TorchExit(f"{'/'.join(opt.strings)} prints and exits")
-            unknown.discard(opt.dest)
-            return
-        values[opt.dest] = (value, "flag")
-        if opt.checked:
+        values[opt.dest] = (True if value is None else value, "flag")
+        if value is not None and opt.checked:
             _convert(opt, value, from_env=False)
         if opt.exits:
             raise TorchExit(f"{'/'.join(opt.strings)} prints and exits")
-        if _UNK in value:
+        if value is not None and _UNK in value:
             unknown.add(opt.dest)
         else:
             unknown.discard(opt.dest)
