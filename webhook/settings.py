@@ -26,6 +26,7 @@ class Settings:
 
     tls_cert: str
     tls_key: str
+    client_ca: str | None = None  # mutual TLS: admissions need a client certificate signed by this CA
     host: str = "0.0.0.0"
     port: int = 8443
     policies: tuple[str, ...] = ()  # empty: the shipped policies
