@@ -58,9 +58,11 @@ def cluster_hooks(
             )
             recovery.start()
             running.append(recovery)
-        if settings.self_register and register:
+        if (settings.self_register or settings.inject_ca_bundle) and register:
             assert settings.ca_bundle is not None
-            registrar = cluster.Registrar(
+            # Self-registration writes the whole configurations, caBundle included.
+            kind = cluster.Registrar if settings.self_register else cluster.CABundleInjector
+            registrar = kind(
                 api,
                 service=settings.webhook_service,
                 namespace=settings.webhook_namespace,

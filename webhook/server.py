@@ -270,6 +270,10 @@ def _check(settings: Settings) -> None:
         raise ServerError("--audit needs cluster access (--kubeconfig or --in-cluster)")
     if settings.self_register and settings.ca_bundle is None:
         raise ServerError("--self-register needs --ca-bundle (the CA the API server must trust)")
+    if settings.inject_ca_bundle and (settings.ca_bundle is None or not settings.cluster):
+        raise ServerError(
+            "--inject-ca-bundle needs --ca-bundle and cluster access (--kubeconfig or --in-cluster)"
+        )
     if settings.reload_interval <= 0:
         raise ServerError(f"--reload-interval must be positive, got {settings.reload_interval}")
     if settings.shutdown_delay < 0:

@@ -37,6 +37,7 @@ class Settings:
     in_cluster: bool = False
     ca_bundle: str | None = None
     self_register: bool = False
+    inject_ca_bundle: bool = False  # write only the caBundle of the configurations the install made
     webhook_service: str = "trainguard"
     webhook_namespace: str = "trainguard-system"
     webhook_url: str | None = None

@@ -60,6 +60,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="create or update the webhook configurations with --ca-bundle at start and when it changes",
     )
+    cluster.add_argument(
+        "--inject-ca-bundle",
+        action="store_true",
+        help="write --ca-bundle into the caBundle of the existing webhook configurations named "
+        "trainguard, at start and when it changes; creates nothing (--self-register does more)",
+    )
     cluster.add_argument("--webhook-service", default="trainguard", metavar="NAME", help="our Service's name")
     cluster.add_argument(
         "--webhook-namespace",
@@ -198,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         in_cluster=args.in_cluster,
         ca_bundle=args.ca_bundle,
         self_register=args.self_register,
+        inject_ca_bundle=args.inject_ca_bundle,
         webhook_service=args.webhook_service,
         webhook_namespace=args.webhook_namespace,
         webhook_url=args.webhook_url,

@@ -45,14 +45,31 @@ kind: PlatformConfig
 {{- end }}
 {{- end -}}
 
+{{/*
+Non-empty when the server writes the Secret's ca.crt into the caBundle of the two webhook
+configurations the chart creates (`serve --inject-ca-bundle`, RBAC get/patch on those names):
+without self-registration, unless cert-manager's cainjector or certificates.caBundle provides it.
+*/}}
+{{- define "trainguard.injectCABundle" -}}
+{{- if and (not .Values.webhook.selfRegister) (ne .Values.certificates.source "certManager") (not .Values.certificates.caBundle) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Where the server finds the CA of the API server's client certificate (mtls.enabled). */}}
+{{- define "trainguard.clientCAPath" -}}
+{{- if .Values.mtls.clientCASecret -}}
+/client-ca/{{ .Values.mtls.clientCAKey }}
+{{- else -}}
+/certs/ca.crt
+{{- end -}}
+{{- end -}}
+
 {{/* The webhook configurations register failurePolicy Fail/Ignore and 5 s when the server registers. */}}
 {{- define "trainguard.checkValues" -}}
 {{- $w := .Values.webhook -}}
 {{- if and $w.selfRegister (or (ne $w.validating.failurePolicy "Fail") (ne $w.mutating.failurePolicy "Ignore") (ne (int $w.timeoutSeconds) 5)) -}}
 {{- fail "webhook.validating.failurePolicy, webhook.mutating.failurePolicy and webhook.timeoutSeconds other than Fail, Ignore and 5 need webhook.selfRegister=false: the server registers those values when it registers itself" -}}
-{{- end -}}
-{{- if and (not $w.selfRegister) (ne .Values.certificates.source "certManager") (not .Values.certificates.caBundle) -}}
-{{- fail "webhook.selfRegister=false needs the caBundle from elsewhere: certificates.source=certManager (cainjector fills it) or certificates.caBundle (PEM of the CA)" -}}
 {{- end -}}
 {{- if and .Values.certificates.caBundle (eq .Values.certificates.source "generate") -}}
 {{- fail "certificates.caBundle cannot be known for certificates.source=generate (the Job makes a new CA): use source secret or certManager" -}}
