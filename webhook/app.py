@@ -71,6 +71,8 @@ class ServerState:
     large_bytes_in_flight: int = 0
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
     inline_slice: float = DEFAULT_INLINE_SLICE  # seconds an inline decision may take before deferring
+    # What a side task (the audit) cannot do, by task: /readyz says it without failing admission.
+    notes: dict[str, str] = field(default_factory=dict)
     slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
     threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))
@@ -146,7 +148,12 @@ def create_app(state: ServerState) -> ASGIApp:
             return _json(503, {"status": "not ready", "reason": "shutting down"})
         if engine is None:
             return _json(503, {"status": "not ready", "reason": "no policy set loaded"})
-        return _json(200, {"status": "ready", "policies": len(engine.policies.policies)})
+        ready: dict[str, Any] = {"status": "ready", "policies": len(engine.policies.policies)}
+        if state.notes:
+            # Admission is ready; what is not (reports without their Lease) is said, not failed:
+            # a failed probe would take admission down for the audit's sake.
+            ready["not ready"] = dict(state.notes)
+        return _json(200, ready)
 
     async def metrics(request: Request) -> Response:
         return Response(state.metrics.render(), headers={"content-type": METRICS_CONTENT_TYPE})
