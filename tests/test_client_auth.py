@@ -7,6 +7,8 @@ client CA, none, one from another CA, or the server's own serving certificate.
 from __future__ import annotations
 
 import ssl
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -157,13 +159,39 @@ def test_an_unusable_client_ca_stops_the_start(
     assert "--client-ca" in str(raised.value)
 
 
-def test_serve_exits_2_naming_the_option(
-    files: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_serve_exits_2_naming_the_option(files: Path, tmp_path: Path) -> None:
     from tests.test_server_tls import serve_argv
 
     path = tmp_path / "client-ca.pem"
     path.write_text("not a certificate\n")
-    assert cli_main(serve_argv(files, "--port", "0", "--client-ca", str(path))) == 2
-    err = capsys.readouterr().err
-    assert "--client-ca" in err and "Traceback" not in err
+    result = subprocess.run(
+        [sys.executable, "-m", "webhook", *serve_argv(files, "--port", "0", "--client-ca", str(path))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert "--client-ca" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(
+            ["--inject-ca-bundle"], "--inject-ca-bundle needs --ca-bundle", id="inject-without-anything"
+        ),
+        pytest.param(
+            ["--inject-ca-bundle", "--ca-bundle", "CA"], "cluster access", id="inject-without-cluster-access"
+        ),
+        pytest.param(["--in-cluster", "--inject-ca-bundle"], "--ca-bundle", id="inject-without-ca"),
+    ],
+)
+def test_serve_refuses_ca_bundle_injection_it_cannot_do(
+    files: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    from tests.test_server_tls import serve_argv
+
+    args = [str(files / "certs" / "ca.crt") if a == "CA" else a for a in args]
+    assert cli_main([*serve_argv(files, *args), "--port", "0"]) == 2
+    assert message in capsys.readouterr().err
