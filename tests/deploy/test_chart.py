@@ -195,6 +195,31 @@ def test_component_render_is_the_base_with_that_component(
         assert chart[key] == expected, f"{key} differs from the kustomize base with deploy/{component}"
 
 
+def test_default_rbac_writes_only_the_ca_bundle_of_its_two_configurations(helm: Helm) -> None:
+    """helm template, read as the authorizer would: what the service account may write."""
+    objects = helm.objects(extra=("--no-hooks",))
+    subject = {"kind": "ServiceAccount", "name": "trainguard", "namespace": NAMESPACE}
+    bound = {
+        b["roleRef"]["name"] for b in objects if b["kind"].endswith("Binding") and subject in b["subjects"]
+    }
+    writes = sorted(
+        (resource, tuple(rule.get("resourceNames") or ()), tuple(sorted(rule["verbs"])))
+        for role in objects
+        if role["kind"] in ("ClusterRole", "Role") and role["metadata"]["name"] in bound
+        for rule in role["rules"]
+        if set(rule["verbs"]) - {"get", "list", "watch"}
+        for resource in rule["resources"]
+    )
+    assert writes == [
+        ("mutatingwebhookconfigurations", ("trainguard",), ("get", "patch")),
+        ("validatingwebhookconfigurations", ("trainguard",), ("get", "patch")),
+    ]
+    policy_admin = find(objects, "ClusterRole", "trainguard-policyexceptions-admin")
+    assert policy_admin["metadata"]["labels"]["trainguard.dev/aggregate-to-policy-admin"] == "true"
+    assert not [k for k in policy_admin["metadata"]["labels"] if k.startswith("rbac.authorization.k8s.io/")]
+    assert "trainguard-policy-admin" not in bound
+
+
 def test_default_render_adds_the_certificate_job_as_hooks(helm: Helm) -> None:
     hooks = [o for o in helm.objects() if "helm.sh/hook" in o["metadata"].get("annotations", {})]
     assert sorted((o["kind"], o["metadata"]["name"]) for o in hooks) == sorted(
