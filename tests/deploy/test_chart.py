@@ -165,7 +165,7 @@ def test_default_render_is_the_kustomize_base(helm: Helm) -> None:
     [
         pytest.param("audit", {"audit": {"enabled": True}}, id="audit"),
         pytest.param("self-register", {"webhook": {"selfRegister": True}}, id="self-register"),
-        pytest.param("mtls", {"mtls": {"enabled": True}}, id="mtls"),
+        pytest.param("mtls", {"mtls": {"enabled": True}, "certificates": {"source": "secret"}}, id="mtls"),
     ],
 )
 def test_component_render_is_the_base_with_that_component(
@@ -612,6 +612,7 @@ REFUSED: list[Any] = [
         id="peer-with-an-unknown-field",
     ),
     pytest.param({"mtls": {"enabled": "yes"}}, "enabled", id="mtls-not-a-boolean"),
+    pytest.param({"mtls": {"enabled": True}}, "clientCASecret", id="mtls-with-a-ca-whose-key-is-discarded"),
     pytest.param({"policies": {"shipped": False}}, "no policies", id="empty-policy-set"),
 ]
 

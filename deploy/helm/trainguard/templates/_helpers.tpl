@@ -74,6 +74,9 @@ true
 {{- if and .Values.certificates.caBundle (eq .Values.certificates.source "generate") -}}
 {{- fail "certificates.caBundle cannot be known for certificates.source=generate (the Job makes a new CA): use source secret or certManager" -}}
 {{- end -}}
+{{- if and .Values.mtls.enabled (not .Values.mtls.clientCASecret) (eq .Values.certificates.source "generate") -}}
+{{- fail "mtls.enabled with certificates.source=generate: the generated CA's key is discarded, so no client certificate for the API server can be signed by it; set mtls.clientCASecret, or use certificates.source secret or certManager" -}}
+{{- end -}}
 {{- if and (not .Values.policies.existingConfigMap) (not .Values.policies.shipped) (not .Values.policies.extra) -}}
 {{- fail "no policies: set policies.shipped, policies.extra or policies.existingConfigMap (an empty policy set would admit everything, so the server refuses it)" -}}
 {{- end -}}
