@@ -80,8 +80,11 @@ def cluster_hooks(
         if settings.audit and register:  # one auditor per pod; the Lease picks one across pods
             from webhook.audit.cluster_serve import AuditService
 
+            notes = reloader.state.notes
+            notes.set("reports", None)  # a note left by an earlier run in a reused directory
+
             def audit_problem(problem: str | None) -> None:
-                loop.call_soon_threadsafe(_note, reloader.state.notes, "reports", problem)
+                loop.call_soon_threadsafe(notes.set, "reports", problem)
 
             audit = AuditService(
                 api,
@@ -109,13 +112,6 @@ _BASE_CONNECTIONS = 4 + 8 + 4
 
 def connections(settings: Settings) -> int:
     return _BASE_CONNECTIONS + (len(KINDS) + 2 if settings.audit else 0)
-
-
-def _note(notes: dict[str, str], task: str, problem: str | None) -> None:
-    if problem is None:
-        notes.pop(task, None)
-    else:
-        notes[task] = problem
 
 
 def _governs_recovery(config: PlatformConfig | None) -> bool:
