@@ -6,6 +6,7 @@ back: a misspelt or misplaced field disappears in the round trip and fails the t
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -42,15 +43,25 @@ def rendered() -> list[Obj]:
     return kustomize(DEPLOY)
 
 
+def with_component(directory: Path, component: str) -> list[Obj]:
+    """deploy/ plus one of its optional components, as an overlay of an operator's renders it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(DEPLOY, directory)],
+                "components": [os.path.relpath(DEPLOY / component, directory)],
+            }
+        )
+    )
+    return kustomize(directory)
+
+
 @pytest.fixture(scope="module")
-def rendered_without_self_registration(tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
-    """deploy/ as a hardened installation renders it: the self-register component left out."""
-    copy = tmp_path_factory.mktemp("deploy") / "deploy"
-    shutil.copytree(DEPLOY, copy)
-    kustomization = yaml.safe_load((copy / "kustomization.yaml").read_text())
-    assert kustomization.pop("components") == ["self-register"]
-    (copy / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return kustomize(copy)
+def rendered_with_self_registration(tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
+    return with_component(tmp_path_factory.mktemp("overlay"), "self-register")
 
 
 def one(objects: list[Obj], kind: str, name_prefix: str = "trainguard") -> Obj:
@@ -86,8 +97,9 @@ def test_renders_the_expected_objects(rendered: list[Obj]) -> None:
             ("ServiceAccount", ""),
             ("ClusterRole", ""),
             ("ClusterRoleBinding", ""),
-            ("ClusterRole", ""),
-            ("ClusterRoleBinding", ""),
+            ("ClusterRole", ""),  # trainguard-policy-admin, aggregated
+            ("ClusterRole", ""),  # trainguard-policyexceptions-admin, aggregated into it
+            ("NetworkPolicy", ""),
             ("ResourceQuota", ""),
             ("Deployment", ""),
             ("Service", ""),
@@ -182,7 +194,7 @@ def test_container_args_probes_and_resources(container: Obj) -> None:
         "serve",
         *("--tls-cert", "/certs/tls.crt", "--tls-key", "/certs/tls.key"),
         *("--policies", "/etc/trainguard/policies", "--config", "/etc/trainguard/config.yaml"),
-        *("--in-cluster", "--ca-bundle", "/certs/ca.crt", "--self-register"),
+        *("--in-cluster", "--ca-bundle", "/certs/ca.crt", "--inject-ca-bundle"),
     ]
     pod_namespace = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
     assert pod_namespace in container["env"]
@@ -235,10 +247,6 @@ def named(objects: list[Obj], kind: str, name: str) -> Obj:
     return found
 
 
-def rules_for(role: Obj, group: str, resource: str) -> list[Obj]:
-    return [r for r in role["rules"] if group in r["apiGroups"] and resource in r["resources"]]
-
-
 def grants(role: Obj) -> dict[tuple[str, str], list[str]]:
     """(API group, resource) -> verbs, for the rules that name no resourceNames."""
     return {
@@ -266,44 +274,84 @@ def test_the_base_role_reads_what_the_caches_watch_and_nothing_else(rendered: li
     assert sorted(watched) == sorted(r for _, r in grants(named(rendered, "ClusterRole", "trainguard")))
 
 
-@pytest.mark.parametrize("resource", ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"])
-def test_self_registration_is_limited_to_own_configurations(rendered: list[Obj], resource: str) -> None:
-    role = named(rendered, "ClusterRole", SELF_REGISTER)
-    rules = rules_for(role, "admissionregistration.k8s.io", resource)
-    named_rules = [r for r in rules if "resourceNames" in r]
-    unnamed = [r for r in rules if "resourceNames" not in r]
-    assert [(sorted(r["verbs"]), r["resourceNames"]) for r in named_rules] == [
-        (["get", "patch", "update"], ["trainguard"])
-    ]
-    # create cannot carry resourceNames (the authorizer sees no name): the only unrestricted verb.
-    assert [r["verbs"] for r in unnamed] == [["create"]]
-    assert {g for r in role["rules"] for g in r["apiGroups"]} == {"admissionregistration.k8s.io"}
-    names = {o["metadata"]["name"] for o in rendered if o["kind"].endswith("WebhookConfiguration")}
-    assert names == {"trainguard"}
+WEBHOOK_CONFIGURATIONS = ("validatingwebhookconfigurations", "mutatingwebhookconfigurations")
 
 
-def test_no_write_access_beyond_webhook_configurations(rendered: list[Obj]) -> None:
-    for role in (o for o in rendered if o["kind"] == "ClusterRole"):
-        for rule in role["rules"]:
-            if set(rule["verbs"]) - set(READ):
-                assert rule["apiGroups"] == ["admissionregistration.k8s.io"], rule
-                assert role["metadata"]["name"] == SELF_REGISTER
+def service_account_rules(objects: list[Obj]) -> list[tuple[str, str, tuple[str, ...], tuple[str, ...]]]:
+    """(group, resource, resourceNames, verbs) of every rule bound to trainguard's service account."""
+    subject = {"kind": "ServiceAccount", "name": "trainguard", "namespace": NAMESPACE}
+    bound = {
+        (b["roleRef"]["kind"], b["roleRef"]["name"])
+        for b in objects
+        if b["kind"] in ("ClusterRoleBinding", "RoleBinding") and subject in b["subjects"]
+    }
+    return sorted(
+        (group, resource, tuple(rule.get("resourceNames") or ()), tuple(sorted(rule["verbs"])))
+        for role in objects
+        if (role["kind"], role["metadata"]["name"]) in bound
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    )
 
 
-def test_without_self_registration_the_webhook_writes_nothing(
-    rendered_without_self_registration: list[Obj],
+def test_the_default_install_writes_only_the_ca_bundle_of_its_own_two_configurations(
+    rendered: list[Obj],
 ) -> None:
-    objects = rendered_without_self_registration
-    roles = [o for o in objects if o["kind"] == "ClusterRole"]
-    assert [r["metadata"]["name"] for r in roles] == ["trainguard"]
-    assert all(set(rule["verbs"]) <= set(READ) for r in roles for rule in r["rules"])
-    assert [b["metadata"]["name"] for b in objects if b["kind"] == "ClusterRoleBinding"] == ["trainguard"]
-    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
-    assert "--self-register" not in container["args"] and "--ca-bundle" not in container["args"]
-    assert "--in-cluster" in container["args"]  # the caches still read the cluster
+    writes = [r for r in service_account_rules(rendered) if set(r[3]) - set(READ)]
+    assert writes == [
+        ("admissionregistration.k8s.io", "mutatingwebhookconfigurations", ("trainguard",), ("get", "patch")),
+        (
+            "admissionregistration.k8s.io",
+            "validatingwebhookconfigurations",
+            ("trainguard",),
+            ("get", "patch"),
+        ),
+    ]
+    # The names RBAC allows are the names of the configurations the install itself creates.
+    created = sorted(
+        (o["kind"], o["metadata"]["name"]) for o in rendered if o["kind"].endswith("Configuration")
+    )
+    assert created == [
+        ("MutatingWebhookConfiguration", "trainguard"),
+        ("ValidatingWebhookConfiguration", "trainguard"),
+    ]
+    (container,) = one(rendered, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert "--self-register" not in container["args"] and "--inject-ca-bundle" in container["args"]
 
 
-@pytest.mark.parametrize("name", ["trainguard", SELF_REGISTER])
+def test_no_unnamed_write_and_no_create_in_the_default_install(rendered: list[Obj]) -> None:
+    for group, resource, names, verbs in service_account_rules(rendered):
+        assert "create" not in verbs, (group, resource)
+        if set(verbs) - set(READ):
+            assert names, (group, resource, verbs)
+        if group == "admissionregistration.k8s.io":
+            assert names == ("trainguard",) and "list" not in verbs and "watch" not in verbs
+
+
+@pytest.mark.parametrize("resource", WEBHOOK_CONFIGURATIONS)
+def test_self_registration_is_the_only_create_and_an_opt_in(
+    rendered_with_self_registration: list[Obj], resource: str
+) -> None:
+    rules = [
+        r
+        for r in service_account_rules(rendered_with_self_registration)
+        if r[:2] == ("admissionregistration.k8s.io", resource)
+    ]
+    assert rules == [
+        ("admissionregistration.k8s.io", resource, (), ("create",)),
+        ("admissionregistration.k8s.io", resource, ("trainguard",), ("get", "patch")),
+        ("admissionregistration.k8s.io", resource, ("trainguard",), ("get", "patch", "update")),
+    ]
+    role = named(rendered_with_self_registration, "ClusterRole", SELF_REGISTER)
+    assert {g for r in role["rules"] for g in r["apiGroups"]} == {"admissionregistration.k8s.io"}
+    (container,) = one(rendered_with_self_registration, "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert container["args"][-1] == "--self-register"
+
+
+@pytest.mark.parametrize("name", ["trainguard"])
 def test_bindings_grant_the_roles_to_the_service_account(rendered: list[Obj], name: str) -> None:
     binding = named(rendered, "ClusterRoleBinding", name)
     assert binding["roleRef"] == {
@@ -312,6 +360,60 @@ def test_bindings_grant_the_roles_to_the_service_account(rendered: list[Obj], na
         "name": named(rendered, "ClusterRole", name)["metadata"]["name"],
     }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "trainguard", "namespace": NAMESPACE}]
+    assert [b["metadata"]["name"] for b in rendered if b["kind"].endswith("Binding")] == [name]
+
+
+# --- PolicyException administrators -------------------------------------------------------------
+
+AGGREGATE = "trainguard.dev/aggregate-to-policy-admin"
+BUILT_IN_AGGREGATION = tuple(f"rbac.authorization.k8s.io/aggregate-to-{r}" for r in ("admin", "edit", "view"))
+
+
+def test_policy_admin_aggregates_the_exception_rules(rendered: list[Obj]) -> None:
+    admin = named(rendered, "ClusterRole", "trainguard-policy-admin")
+    assert admin["aggregationRule"] == {"clusterRoleSelectors": [{"matchLabels": {AGGREGATE: "true"}}]}
+    aggregated = [
+        r
+        for r in rendered
+        if r["kind"] == "ClusterRole" and r["metadata"].get("labels", {}).get(AGGREGATE) == "true"
+    ]
+    assert [r["metadata"]["name"] for r in aggregated] == ["trainguard-policyexceptions-admin"]
+    (rule,) = aggregated[0]["rules"]
+    assert (rule["apiGroups"], rule["resources"]) == (["trainguard.dev"], ["policyexceptions"])
+    assert {"create", "update", "patch", "delete"} <= set(rule["verbs"])
+
+
+@pytest.mark.parametrize("label", BUILT_IN_AGGREGATION)
+def test_no_built_in_role_gets_write_access_to_exceptions(rendered: list[Obj], label: str) -> None:
+    """`edit` (and `admin`, `view`) aggregate ClusterRoles by label: none in the install carries one."""
+    assert [r["metadata"]["name"] for r in rendered if label in r["metadata"].get("labels", {})] == []
+
+
+# --- NetworkPolicy -------------------------------------------------------------------------------
+
+
+def test_the_network_policy_guards_the_webhook_port(rendered: list[Obj], container: Obj) -> None:
+    policy = one(rendered, "NetworkPolicy")
+    template = one(rendered, "Deployment")["spec"]["template"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+    ports = {p["containerPort"] for p in container["ports"]}
+    for rule in policy["spec"]["ingress"]:
+        assert {p["port"] for p in rule["ports"]} == ports
+        assert rule["from"], "a rule without peers would admit every source"
+    api_server, metrics = policy["spec"]["ingress"]
+    assert {p["ipBlock"]["cidr"] for p in api_server["from"]} == {"0.0.0.0/0", "::/0"}
+    assert metrics["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    ]
+
+
+def test_the_mtls_component_sets_the_client_ca(tmp_path: Path) -> None:
+    objects = with_component(tmp_path / "overlay", "mtls")
+    (container,) = one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-2:] == ["--client-ca", "/certs/ca.crt"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert "/certs" in mounts
 
 
 # --- drift ---------------------------------------------------------------------------------------

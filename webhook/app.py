@@ -42,6 +42,7 @@ from webhook.errors import InputError
 from webhook.isolation import Busy, DecisionThreads, Slots
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
+from webhook.notes import Notes
 from webhook.settings import DEFAULT_INLINE_SLICE, DEFAULT_MAX_BODY_BYTES
 
 DEFAULT_BUDGET_SECONDS = 4.0  # below the webhook configurations' timeoutSeconds (5)
@@ -71,6 +72,8 @@ class ServerState:
     large_bytes_in_flight: int = 0
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
     inline_slice: float = DEFAULT_INLINE_SLICE  # seconds an inline decision may take before deferring
+    # What a side task (the audit) cannot do, by task: /readyz says it without failing admission.
+    notes: Notes = field(default_factory=Notes)
     slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
     threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))
@@ -146,7 +149,13 @@ def create_app(state: ServerState) -> ASGIApp:
             return _json(503, {"status": "not ready", "reason": "shutting down"})
         if engine is None:
             return _json(503, {"status": "not ready", "reason": "no policy set loaded"})
-        return _json(200, {"status": "ready", "policies": len(engine.policies.policies)})
+        ready: dict[str, Any] = {"status": "ready", "policies": len(engine.policies.policies)}
+        notes = state.notes.current()
+        if notes:
+            # Admission is ready; what is not (reports without their Lease) is said, not failed:
+            # a failed probe would take admission down for the audit's sake.
+            ready["not ready"] = notes
+        return _json(200, ready)
 
     async def metrics(request: Request) -> Response:
         return Response(state.metrics.render(), headers={"content-type": METRICS_CONTENT_TYPE})

@@ -10,7 +10,9 @@ import base64
 import datetime as dt
 import ipaddress
 import os
+import re
 import secrets
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,7 @@ _SigningKey: TypeAlias = (
 CLOCK_SKEW = dt.timedelta(minutes=5)
 
 CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+_CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class CertificateError(TrainguardError):
@@ -178,7 +181,7 @@ def write_bundle(
     caBundle already registered with the API server. Keys are written 0600, every file atomically.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    private_directory(out)
     paths = BundlePaths(out / CA_CERT, out / CA_KEY, out / TLS_CERT, out / TLS_KEY, ca_created=False)
     ca_cert_pem, ca_key_pem, created = _load_or_make_ca(paths)
     dns, ips = split_hosts(hosts)
@@ -194,7 +197,72 @@ def write_bundle(
     return BundlePaths(paths.ca_cert, paths.ca_key, paths.tls_cert, paths.tls_key, ca_created=created)
 
 
-def _load_or_make_ca(paths: BundlePaths) -> tuple[bytes, bytes, bool]:
+def write_client_cert(
+    out_dir: str | Path, name: str, organizations: Sequence[str] = (), days: int = 365
+) -> tuple[Path, Path]:
+    """NAME.crt and NAME.key in `out_dir`: a client certificate (CN NAME) signed by the CA there.
+
+    This is what the API server presents to a webhook served with `--client-ca ca.crt`. The CA's
+    serving certificate cannot stand in for it: its extended key usage is serverAuth only.
+    """
+    check_client_name(name)
+    out = Path(out_dir)
+    private_directory(out)
+    ca_cert_pem, ca_key_pem, _ = _load_or_make_ca(
+        BundlePaths(out / CA_CERT, out / CA_KEY, out / TLS_CERT, out / TLS_KEY, ca_created=False),
+        create=False,
+    )
+    _check_within_ca(ca_cert_pem, _check_days(days))
+    cert_pem, key_pem = issue_client_cert(ca_cert_pem, ca_key_pem, name, organizations, days)
+    cert_path, key_path = out / f"{name}.crt", out / f"{name}.key"
+    _write_atomic(key_path, key_pem, 0o600)
+    _write_atomic(cert_path, cert_pem, 0o644)
+    return cert_path, key_path
+
+
+def check_client_name(name: str) -> None:
+    if not _CLIENT_NAME.fullmatch(name) or name in {"ca", "tls"}:
+        raise CertificateError(
+            f"client certificate name {name!r}: use letters, digits, '.', '_' or '-' "
+            "(not 'ca' or 'tls'); it names the files and the certificate's CN"
+        )
+
+
+def private_directory(path: Path) -> None:
+    """`path` as a directory only its owner can change: created 0700 (with any missing parents)
+    whatever the umask; an existing one that others may write to is refused.
+
+    A directory others can write lets them swap in a key, which a rotation watcher would load.
+    """
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir(mode=0o700)
+        except FileExistsError:
+            pass  # created meanwhile: checked below like any existing directory
+        except OSError as exc:
+            raise CertificateError(f"cannot create {directory}: {exc.strerror}") from exc
+        else:
+            # mkdir's mode passes through the umask, which may also remove the owner's bits.
+            os.chmod(directory, 0o700)
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise CertificateError(f"cannot use {path}: {exc.strerror}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise CertificateError(f"{path} is not a directory")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CertificateError(
+            f"{path} is writable by other users (mode {stat.S_IMODE(info.st_mode):04o}), who could "
+            f"replace a key in it: `chmod go-w {path}` or choose another directory"
+        )
+
+
+def _load_or_make_ca(paths: BundlePaths, *, create: bool = True) -> tuple[bytes, bytes, bool]:
     have_cert, have_key = paths.ca_cert.exists(), paths.ca_key.exists()
     if have_cert != have_key:
         present, missing = (paths.ca_cert, paths.ca_key) if have_cert else (paths.ca_key, paths.ca_cert)
@@ -203,6 +271,10 @@ def _load_or_make_ca(paths: BundlePaths) -> tuple[bytes, bytes, bool]:
             "(a new CA needs the webhook configurations' caBundle updated)"
         )
     if not have_cert:
+        if not create:
+            raise CertificateError(
+                f"no CA in {paths.ca_cert.parent}: run `trainguard certs --out {paths.ca_cert.parent}` first"
+            )
         return *make_ca(), True
     try:
         cert_pem, key_pem = paths.ca_cert.read_bytes(), paths.ca_key.read_bytes()

@@ -12,6 +12,7 @@ from typing import Any
 
 from webhook.config import PlatformConfig
 from webhook.engine import PolicyException
+from webhook.kinds import KINDS
 from webhook.reload import Reloader, Runtimes, read_file
 from webhook.settings import Settings
 
@@ -29,7 +30,9 @@ def cluster_hooks(
     """
     from webhook import cluster  # the kubernetes client is imported only with cluster access
 
-    api = cluster.api_client(kubeconfig=settings.kubeconfig, in_cluster=settings.in_cluster)
+    api = cluster.api_client(
+        kubeconfig=settings.kubeconfig, in_cluster=settings.in_cluster, connections=connections(settings)
+    )
     running: list[Any] = []
 
     def started(loop: asyncio.AbstractEventLoop, register: bool) -> None:
@@ -58,9 +61,11 @@ def cluster_hooks(
             )
             recovery.start()
             running.append(recovery)
-        if settings.self_register and register:
+        if (settings.self_register or settings.inject_ca_bundle) and register:
             assert settings.ca_bundle is not None
-            registrar = cluster.Registrar(
+            # Self-registration writes the whole configurations, caBundle included.
+            kind = cluster.Registrar if settings.self_register else cluster.CABundleInjector
+            registrar = kind(
                 api,
                 service=settings.webhook_service,
                 namespace=settings.webhook_namespace,
@@ -75,9 +80,16 @@ def cluster_hooks(
         if settings.audit and register:  # one auditor per pod; the Lease picks one across pods
             from webhook.audit.cluster_serve import AuditService
 
+            notes = reloader.state.notes
+            notes.set("reports", None)  # a note left by an earlier run in a reused directory
+
+            def audit_problem(problem: str | None) -> None:
+                loop.call_soon_threadsafe(notes.set, "reports", problem)
+
             audit = AuditService(
                 api,
                 engine=lambda: reloader.state.engine,
+                on_problem=audit_problem,
                 lease_namespace=settings.webhook_namespace,
                 report_format=settings.report_format,
                 metrics=reloader.state.metrics,
@@ -90,6 +102,16 @@ def cluster_hooks(
             component.stop()
 
     return started, stopping
+
+
+# Requests one process may have open at once on its one ApiClient: a watch per cache (4), the
+# resume controller's watches and writes, the Lease, the caBundle writer, and with --audit a watch
+# per audited kind plus the report writer.
+_BASE_CONNECTIONS = 4 + 8 + 4
+
+
+def connections(settings: Settings) -> int:
+    return _BASE_CONNECTIONS + (len(KINDS) + 2 if settings.audit else 0)
 
 
 def _governs_recovery(config: PlatformConfig | None) -> bool:

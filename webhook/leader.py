@@ -18,6 +18,7 @@ clock skew between nodes cannot make two leaders.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -75,6 +76,7 @@ class LeaderElector:
         retry_seconds: float = 2.0,
         on_started: Callable[[], None],
         on_stopped: Callable[[], None],
+        on_problem: Callable[[str | None], None] | None = None,
     ) -> None:
         if not renew_seconds < lease_seconds:
             raise ValueError("renew_seconds must be shorter than lease_seconds")
@@ -87,6 +89,8 @@ class LeaderElector:
         self.retry_seconds = retry_seconds
         self._on_started = on_started
         self._on_stopped = on_stopped
+        self._on_problem = on_problem
+        self.problem: str | None = None  # why the campaign cannot run, while it cannot
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._leader = False
@@ -120,9 +124,11 @@ class LeaderElector:
         while not self._stop.is_set():
             try:
                 held = self._try_acquire_or_renew()
-            except Exception:  # an elector that dies silently would leave the work undone
-                log.exception("leader election for lease %s/%s failed", self.namespace, self.name)
+            except Exception as exc:  # an elector that dies silently would leave the work undone
+                self._failed(exc)
                 held = False
+            else:
+                self._set_problem(None)
             now = time.monotonic()
             if held:
                 self._last_renew = now
@@ -133,6 +139,27 @@ class LeaderElector:
                 log.warning("lease %s/%s could not be renewed; stepping down", self.namespace, self.name)
                 self._set_leader(False)
             self._stop.wait(self.renew_seconds if self._leader else self.retry_seconds)
+
+    def _failed(self, exc: Exception) -> None:
+        """Says what went wrong once, when it first happens; the retries that follow are quiet."""
+        problem = _describe(exc, self.namespace, self.name)
+        if problem == self.problem:
+            log.debug("leader election for lease %s/%s still failing: %s", self.namespace, self.name, problem)
+            return
+        if isinstance(exc, ApiException):  # the API server's answer says it all: no traceback
+            log.error("%s; retrying every %s s", problem, self.retry_seconds)
+        else:
+            log.exception("%s; retrying every %s s", problem, self.retry_seconds)
+        self._set_problem(problem)
+
+    def _set_problem(self, problem: str | None) -> None:
+        if problem == self.problem:
+            return
+        if problem is None:
+            log.info("lease %s/%s reachable again", self.namespace, self.name)
+        self.problem = problem
+        if self._on_problem is not None:
+            self._on_problem(problem)
 
     def _set_leader(self, leader: bool) -> None:
         if leader == self._leader:
@@ -214,3 +241,29 @@ class LeaderElector:
             self._api.replace_namespaced_lease(self.name, self.namespace, lease)
         except ApiException as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc.reason)
+
+
+def _describe(exc: Exception, namespace: str, name: str) -> str:
+    if isinstance(exc, ApiException):
+        if exc.status == 404 and _missing_kind(exc) == "namespaces":
+            return (
+                f"namespace {namespace} does not exist, so the Lease {name} cannot be created: "
+                "nothing is written until it exists (create it, or choose the namespace with "
+                "--webhook-namespace)"
+            )
+        if exc.status == 403:
+            return f"not allowed to read or write the Lease {namespace}/{name}: {exc.reason} (check the RBAC)"
+        if exc.status:
+            return f"leader election for lease {namespace}/{name} failed: {exc.status} {exc.reason}"
+        return f"leader election for lease {namespace}/{name} failed: cannot reach the API server"
+    return f"leader election for lease {namespace}/{name} failed: {type(exc).__name__}: {exc}"
+
+
+def _missing_kind(exc: ApiException) -> str | None:
+    """The `details.kind` of a NotFound Status: "namespaces" when the namespace itself is missing."""
+    try:
+        details = json.loads(exc.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return None
+    kind = details.get("kind")
+    return kind if isinstance(kind, str) else None

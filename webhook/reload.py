@@ -59,6 +59,8 @@ class _Files:
     tls_pem: tuple[bytes, bytes] | None = None  # (cert, key) as hashed, so the load matches the hash
     ca_pem: bytes | None = None
     exceptions: str = "none"
+    client_ca: str = "none"
+    client_ca_pem: bytes | None = None
 
 
 def _digest(parts: list[bytes]) -> str:
@@ -98,6 +100,7 @@ def _snapshot(settings: Settings) -> _Files:
     cert_fp, cert = _file_fingerprint(settings.tls_cert)
     key_fp, key = _file_fingerprint(settings.tls_key)
     ca_fp, ca = _file_fingerprint(settings.ca_bundle)
+    client_ca_fp, client_ca = _file_fingerprint(settings.client_ca)
     return _Files(
         policies=_policies_fingerprint(settings.policy_paths),
         exceptions=_policies_fingerprint(list(settings.exceptions)) if settings.exceptions else "none",
@@ -106,6 +109,8 @@ def _snapshot(settings: Settings) -> _Files:
         ca=ca_fp,
         tls_pem=(cert, key) if cert is not None and key is not None else None,
         ca_pem=ca,
+        client_ca=client_ca_fp,
+        client_ca_pem=client_ca,
     )
 
 
@@ -164,6 +169,8 @@ class Reloader:
             await self._reload_exceptions()
         if now.tls != seen.tls and not await self._reload_tls(now):
             now = _replace_tls(now, seen)  # retry at the next poll (the pair may be half written)
+        if now.client_ca != seen.client_ca and now.client_ca_pem is not None:
+            self._reload_client_ca(now.client_ca_pem)
         if now.ca != seen.ca and now.ca_pem is not None and self.on_ca_change is not None:
             self.on_ca_change(now.ca_pem)
         self._seen = now
@@ -292,6 +299,23 @@ class Reloader:
             "serving certificate reloaded", extra={"not_after": str(certs.cert_expiry(files.tls_pem[0]))}
         )
         return True
+
+    def _reload_client_ca(self, pem: bytes) -> None:
+        """A rotated client CA: trusted for new handshakes at once (on the loop's thread)."""
+        if self.tls is None:
+            return
+        try:
+            certs.ca_bundle(pem)
+            tls.trust_clients(self.tls, pem)
+        except (ssl.SSLError, certs.CertificateError) as exc:
+            self.state.metrics.observe_reload("client-ca", False)
+            log.error(
+                "client CA reload failed; the CAs loaded so far stay trusted", extra={"problem": str(exc)}
+            )
+            return
+        self.state.metrics.observe_reload("client-ca", True)
+        # The trust store only grows: a CA dropped from the file is still accepted until a restart.
+        log.info("client CA reloaded; a CA removed from the file stays trusted until a restart")
 
     def _expiry_from(self, cert_pem: bytes) -> None:
         try:

@@ -32,7 +32,7 @@ import uvicorn
 import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
-from webhook import logs, runtime_tuning, tls, workers
+from webhook import certs, client_auth, logs, runtime_tuning, tls, workers
 from webhook.app import ServerState, create_app
 from webhook.cluster_hooks import cluster_hooks
 from webhook.isolation import DecisionThreads, Slots
@@ -180,13 +180,18 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         max_header_bytes=settings.max_header_bytes,
         max_headers=settings.max_headers,
     )
+    app = create_app(state)
+    protocol = limited_protocol(limits)
+    if settings.client_ca is not None:
+        app = client_auth.requiring_client_certificate(app)
+        protocol = client_auth.peer_recording_protocol(protocol)
     config = uvicorn.Config(
-        create_app(state),
+        app,
         host=settings.host,
         port=settings.port,
         ssl_certfile=settings.tls_cert,
         ssl_keyfile=settings.tls_key,
-        http=limited_protocol(limits),
+        http=protocol,
         # A loop factory where uvicorn takes a name ("uvloop"): the same loop, with a handshake limit.
         loop=functools.partial(_new_loop, settings.header_timeout),  # type: ignore[arg-type]
         lifespan="on",
@@ -209,6 +214,8 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         ) from exc
     assert config.ssl is not None
     tls.harden(config.ssl)
+    if settings.client_ca is not None:
+        _trust_clients(config.ssl, settings.client_ca)
     reloader.tls = config.ssl
     return WebhookServer(
         config,
@@ -240,10 +247,21 @@ def serve(settings: Settings) -> int:
     return 0
 
 
+def _trust_clients(ctx: ssl.SSLContext, path: str) -> None:
+    try:
+        pem = Path(path).read_bytes()
+        certs.ca_bundle(pem)  # a CA certificate, not a leaf or a key
+        tls.trust_clients(ctx, pem)
+    except (OSError, ssl.SSLError, certs.CertificateError) as exc:
+        raise ServerError(f"cannot use --client-ca {path}: {exc}") from exc
+
+
 def _check(settings: Settings) -> None:
     for option, path in (("--tls-cert", settings.tls_cert), ("--tls-key", settings.tls_key)):
         if not path or not Path(path).is_file():
             raise ServerError(f"{option} {path or '(missing)'}: no such file; the webhook serves TLS only")
+    if settings.client_ca is not None and not Path(settings.client_ca).is_file():
+        raise ServerError(f"--client-ca {settings.client_ca}: no such file")
     if settings.ca_bundle is not None and not Path(settings.ca_bundle).is_file():
         raise ServerError(f"--ca-bundle {settings.ca_bundle}: no such file")
     if settings.self_register and not settings.cluster:
@@ -252,6 +270,10 @@ def _check(settings: Settings) -> None:
         raise ServerError("--audit needs cluster access (--kubeconfig or --in-cluster)")
     if settings.self_register and settings.ca_bundle is None:
         raise ServerError("--self-register needs --ca-bundle (the CA the API server must trust)")
+    if settings.inject_ca_bundle and (settings.ca_bundle is None or not settings.cluster):
+        raise ServerError(
+            "--inject-ca-bundle needs --ca-bundle and cluster access (--kubeconfig or --in-cluster)"
+        )
     if settings.reload_interval <= 0:
         raise ServerError(f"--reload-interval must be positive, got {settings.reload_interval}")
     if settings.shutdown_delay < 0:

@@ -26,6 +26,7 @@ class Settings:
 
     tls_cert: str
     tls_key: str
+    client_ca: str | None = None  # mutual TLS: admissions need a client certificate signed by this CA
     host: str = "0.0.0.0"
     port: int = 8443
     policies: tuple[str, ...] = ()  # empty: the shipped policies
@@ -36,6 +37,7 @@ class Settings:
     in_cluster: bool = False
     ca_bundle: str | None = None
     self_register: bool = False
+    inject_ca_bundle: bool = False  # write only the caBundle of the configurations the install made
     webhook_service: str = "trainguard"
     webhook_namespace: str = "trainguard-system"
     webhook_url: str | None = None

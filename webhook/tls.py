@@ -13,7 +13,7 @@ import ssl
 import tempfile
 from pathlib import Path
 
-__all__ = ["TLS12_CIPHERS", "checked_pair", "harden"]
+__all__ = ["TLS12_CIPHERS", "checked_pair", "harden", "trust_clients"]
 
 TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL"
 
@@ -42,3 +42,14 @@ def checked_pair(cert_pem: bytes, key_pem: bytes) -> Path:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
     return scratch
+
+
+def trust_clients(ctx: ssl.SSLContext, ca_pem: bytes) -> None:
+    """Ask clients for a certificate and verify one that is presented against `ca_pem`.
+
+    CERT_OPTIONAL, not CERT_REQUIRED: the kubelet's probes present none (webhook/client_auth.py
+    refuses admissions without one). Certificates are added to the context's trust store, which
+    cannot be emptied: a CA removed from the file stays trusted until the server restarts.
+    """
+    ctx.load_verify_locations(cadata=ca_pem.decode("ascii", errors="replace"))
+    ctx.verify_mode = ssl.CERT_OPTIONAL

@@ -4,6 +4,7 @@
 #   deploy/webhook-configurations.yaml  -> trainguard/files/            (the webhook configurations)
 #   deploy/crds/*.yaml                  -> trainguard/crds/             (the PolicyException CRD)
 #   deploy/rbac.yaml                    -> trainguard/files/rbac/rbac.yaml
+#   deploy/rbac-policy-admin.yaml       -> trainguard/files/rbac/policy-admin.yaml
 #   deploy/<component>/rbac*.yaml       -> trainguard/files/rbac/<component>.yaml  (self-register, audit)
 #
 # Helm reads no file outside the chart directory (.Files), so the chart holds copies.
@@ -34,6 +35,7 @@ cp -- "$root/deploy/webhook-configurations.yaml" "$chart/files/webhook-configura
 mkdir -p "$chart/files/rbac"
 rm -f -- "$chart/files/rbac/"*.yaml
 cp -- "$root/deploy/rbac.yaml" "$chart/files/rbac/rbac.yaml"
+cp -- "$root/deploy/rbac-policy-admin.yaml" "$chart/files/rbac/policy-admin.yaml"
 for component in self-register audit; do
   for f in "$root/deploy/$component"/rbac*.yaml; do
     [ -e "$f" ] && cp -- "$f" "$chart/files/rbac/$component.yaml"

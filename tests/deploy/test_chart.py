@@ -60,7 +60,10 @@ def test_webhook_configurations_copy_is_identical() -> None:
 
 
 def test_rbac_copies_are_the_base_and_its_components() -> None:
-    sources = {"rbac.yaml": ROOT / "deploy" / "rbac.yaml"}
+    sources = {
+        "rbac.yaml": ROOT / "deploy" / "rbac.yaml",
+        "policy-admin.yaml": ROOT / "deploy" / "rbac-policy-admin.yaml",
+    }
     for component in ("self-register", "audit"):
         for path in sorted((ROOT / "deploy" / component).glob("rbac*.yaml")):
             sources[f"{component}.yaml"] = path
@@ -157,9 +160,18 @@ def test_default_render_is_the_kustomize_base(helm: Helm) -> None:
         assert chart[key] == expected, f"{key} differs from the kustomize base"
 
 
-@pytest.mark.skipif(not (ROOT / "deploy" / "audit").is_dir(), reason="no kustomize audit component")
-def test_audit_render_is_the_base_with_the_audit_component(helm: Helm, tmp_path: Path) -> None:
-    """audit.enabled renders what an overlay of the base plus deploy/audit/ renders."""
+@pytest.mark.parametrize(
+    ("component", "values"),
+    [
+        pytest.param("audit", {"audit": {"enabled": True}}, id="audit"),
+        pytest.param("self-register", {"webhook": {"selfRegister": True}}, id="self-register"),
+        pytest.param("mtls", {"mtls": {"enabled": True}, "certificates": {"source": "secret"}}, id="mtls"),
+    ],
+)
+def test_component_render_is_the_base_with_that_component(
+    helm: Helm, tmp_path: Path, component: str, values: dict[str, Any]
+) -> None:
+    """Each optional value renders what an overlay of the base plus the kustomize component renders."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(
@@ -168,20 +180,44 @@ def test_audit_render_is_the_base_with_the_audit_component(helm: Helm, tmp_path:
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [os.path.relpath(ROOT / "deploy", overlay)],
-                "components": [os.path.relpath(ROOT / "deploy" / "audit", overlay)],
+                "components": [os.path.relpath(ROOT / "deploy" / component, overlay)],
                 # The base's own convention, which the component's objects do not inherit.
                 "labels": [{"pairs": {"app.kubernetes.io/part-of": "trainguard"}}],
             }
         ),
         encoding="utf-8",
     )
-    values = {"audit": {"enabled": True}}
     chart = _by_key([_normalise_helm(o) for o in helm.objects(values, extra=("--no-hooks",), tmp=tmp_path)])
     base = _by_key([_normalise_kustomize(o) for o in _kustomize(overlay)])
     del base[("Namespace", NAMESPACE)]
     assert sorted(chart) == sorted(base)
     for key, expected in base.items():
-        assert chart[key] == expected, f"{key} differs from the kustomize base with deploy/audit"
+        assert chart[key] == expected, f"{key} differs from the kustomize base with deploy/{component}"
+
+
+def test_default_rbac_writes_only_the_ca_bundle_of_its_two_configurations(helm: Helm) -> None:
+    """helm template, read as the authorizer would: what the service account may write."""
+    objects = helm.objects(extra=("--no-hooks",))
+    subject = {"kind": "ServiceAccount", "name": "trainguard", "namespace": NAMESPACE}
+    bound = {
+        b["roleRef"]["name"] for b in objects if b["kind"].endswith("Binding") and subject in b["subjects"]
+    }
+    writes = sorted(
+        (resource, tuple(rule.get("resourceNames") or ()), tuple(sorted(rule["verbs"])))
+        for role in objects
+        if role["kind"] in ("ClusterRole", "Role") and role["metadata"]["name"] in bound
+        for rule in role["rules"]
+        if set(rule["verbs"]) - {"get", "list", "watch"}
+        for resource in rule["resources"]
+    )
+    assert writes == [
+        ("mutatingwebhookconfigurations", ("trainguard",), ("get", "patch")),
+        ("validatingwebhookconfigurations", ("trainguard",), ("get", "patch")),
+    ]
+    policy_admin = find(objects, "ClusterRole", "trainguard-policyexceptions-admin")
+    assert policy_admin["metadata"]["labels"]["trainguard.dev/aggregate-to-policy-admin"] == "true"
+    assert not [k for k in policy_admin["metadata"]["labels"] if k.startswith("rbac.authorization.k8s.io/")]
+    assert "trainguard-policy-admin" not in bound
 
 
 def test_default_render_adds_the_certificate_job_as_hooks(helm: Helm) -> None:
@@ -349,6 +385,55 @@ def _check_cert_manager_issuer(objects: list[Obj]) -> None:
     assert not [o for o in objects if o["kind"] == "Issuer"]
 
 
+def _webhook_configuration_rules(objects: list[Obj]) -> list[Obj]:
+    return [
+        rule
+        for role in objects
+        if role["kind"] in ("ClusterRole", "Role")
+        for rule in role.get("rules") or []
+        if "admissionregistration.k8s.io" in rule["apiGroups"]
+    ]
+
+
+def _check_cert_manager_writes_nothing(objects: list[Obj]) -> None:
+    args = _container(objects)["args"]
+    assert "--inject-ca-bundle" not in args and "--self-register" not in args and "--ca-bundle" not in args
+    assert _webhook_configuration_rules(objects) == []
+
+
+def _check_network_policy_peers(objects: list[Obj]) -> None:
+    policy = find(objects, "NetworkPolicy", "trainguard")
+    assert policy["spec"]["podSelector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "trainguard",
+        "app.kubernetes.io/component": "webhook",
+    }
+    port = [{"port": 8443, "protocol": "TCP"}]
+    assert policy["spec"]["ingress"] == [
+        {
+            "from": [
+                {"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.244.0.0/16"]}},
+                {"ipBlock": {"cidr": "fd00::/8", "except": ["fd00:10:244::/56"]}},
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}},
+            ],
+            "ports": port,
+        },
+        {"from": [{"namespaceSelector": {"matchLabels": {"team": "observability"}}}], "ports": port},
+    ]
+
+
+def _check_no_network_policy(objects: list[Obj]) -> None:
+    assert [o for o in objects if o["kind"] == "NetworkPolicy"] == []
+
+
+def _check_mtls_own_secret(objects: list[Obj]) -> None:
+    args = _container(objects)["args"]
+    assert args[args.index("--client-ca") + 1] == "/client-ca/apiserver-ca.pem"
+    volumes = {v["name"]: v for v in _deployment(objects)["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["client-ca"]["secret"]["secretName"] == "apiserver-client-ca"
+    mounts = {m["name"]: m["mountPath"] for m in _container(objects)["volumeMounts"]}
+    assert mounts["client-ca"] == "/client-ca"
+
+
 EXTRA_POLICY = """apiVersion: trainguard.dev/v1alpha1
 kind: TrainingPolicy
 metadata:
@@ -422,6 +507,39 @@ VALUE_SETS: list[Any] = [
     ),
     pytest.param({"certificates": {"source": "certManager"}}, _check_cert_manager, id="cert-manager"),
     pytest.param(
+        {"certificates": {"source": "certManager"}},
+        _check_cert_manager_writes_nothing,
+        id="cert-manager-no-caBundle-writes",
+    ),
+    pytest.param(
+        {
+            "networkPolicy": {
+                "apiServer": {
+                    "cidrs": ["10.0.0.0/8", "fd00::/8"],
+                    "except": ["10.244.0.0/16", "fd00:10:244::/56"],
+                    "peers": [
+                        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}
+                    ],
+                },
+                "metrics": {"peers": [{"namespaceSelector": {"matchLabels": {"team": "observability"}}}]},
+            }
+        },
+        _check_network_policy_peers,
+        id="network-policy-peers",
+    ),
+    pytest.param({"networkPolicy": {"enabled": False}}, _check_no_network_policy, id="no-network-policy"),
+    pytest.param(
+        {
+            "mtls": {
+                "enabled": True,
+                "clientCASecret": "apiserver-client-ca",
+                "clientCAKey": "apiserver-ca.pem",
+            }
+        },
+        _check_mtls_own_secret,
+        id="mtls-own-client-ca-secret",
+    ),
+    pytest.param(
         {
             "certificates": {
                 "source": "certManager",
@@ -473,9 +591,7 @@ REFUSED: list[Any] = [
     pytest.param(
         {"webhook": {"validating": {"failurePolicy": "Open"}}}, "failurePolicy", id="unknown-failure-policy"
     ),
-    pytest.param(
-        {"webhook": {"timeoutSeconds": 31, "selfRegister": False}}, "timeoutSeconds", id="timeout-over-30"
-    ),
+    pytest.param({"webhook": {"timeoutSeconds": 31}}, "timeoutSeconds", id="timeout-over-30"),
     pytest.param({"certificates": {"source": "vault"}}, "source", id="unknown-certificate-source"),
     pytest.param({"excludedNamespaces": ["Not_A_Namespace"]}, "excludedNamespaces", id="bad-namespace-name"),
     pytest.param({"policies": {"extra": {"rule.txt": "x"}}}, "rule.txt", id="extra-policy-not-yaml"),
@@ -485,11 +601,18 @@ REFUSED: list[Any] = [
     pytest.param({"audit": {"enabled": "yes"}}, "enabled", id="audit-not-a-boolean"),
     # Beyond the schema: combinations the chart itself refuses, with the reason.
     pytest.param(
-        {"webhook": {"validating": {"failurePolicy": "Ignore"}}},
+        {"webhook": {"selfRegister": True, "validating": {"failurePolicy": "Ignore"}}},
         "selfRegister=false",
         id="failure-policy-with-self-registration",
     ),
-    pytest.param({"webhook": {"selfRegister": False}}, "caBundle", id="no-self-registration-and-no-ca"),
+    pytest.param({"networkPolicy": {"apiServer": {"cidrs": ["10.0.0.1"]}}}, "cidrs", id="cidr-without-mask"),
+    pytest.param(
+        {"networkPolicy": {"metrics": {"peers": [{"namespace": "monitoring"}]}}},
+        "namespace",
+        id="peer-with-an-unknown-field",
+    ),
+    pytest.param({"mtls": {"enabled": "yes"}}, "enabled", id="mtls-not-a-boolean"),
+    pytest.param({"mtls": {"enabled": True}}, "clientCASecret", id="mtls-with-a-ca-whose-key-is-discarded"),
     pytest.param({"policies": {"shipped": False}}, "no policies", id="empty-policy-set"),
 ]
 

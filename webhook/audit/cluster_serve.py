@@ -46,6 +46,7 @@ class AuditService:
         lease_seconds: float = 15.0,
         renew_seconds: float = 5.0,
         retry_seconds: float = 2.0,
+        on_problem: Callable[[str | None], None] | None = None,
     ) -> None:
         self.api = api
         self.caches: WorkloadCaches | None = None  # built in the start thread (discovery is I/O)
@@ -69,6 +70,7 @@ class AuditService:
             retry_seconds=retry_seconds,
             on_started=self.reporter.start_leading,
             on_stopped=self.reporter.stop_leading,
+            on_problem=on_problem,
         )
         self._stopped = threading.Event()
         self._starter = threading.Thread(target=self._start, name="trainguard-audit-start", daemon=True)

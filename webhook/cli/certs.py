@@ -18,7 +18,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description=(
             "Write ca.crt, ca.key, tls.crt and tls.key into DIR. The serving certificate names the "
             "Service (NAME, NAME.NS, NAME.NS.svc, NAME.NS.svc.cluster.local) plus every --host. "
-            "A CA already in DIR is reused, so re-running rotates only the serving certificate."
+            "A CA already in DIR is reused, so re-running rotates only the serving certificate. "
+            "DIR is created 0700 and keys are written 0600 whatever the umask; a DIR other users "
+            "may write to is refused."
         ),
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (e.g. certs/)")
@@ -32,12 +34,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="extra DNS name or IP address for the certificate (repeatable), e.g. 127.0.0.1",
     )
     parser.add_argument(
+        "--client-cert",
+        metavar="NAME",
+        help="also write NAME.crt and NAME.key: a client certificate (CN NAME) signed by the CA, for "
+        "the API server to present to a webhook served with --client-ca DIR/ca.crt",
+    )
+    parser.add_argument(
         "--days", type=_positive_int, default=365, metavar="N", help="serving certificate validity"
     )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.client_cert is not None:
+        certs.check_client_name(args.client_cert)  # before anything is written
     paths = certs.write_bundle(args.out, args.service, args.namespace, args.host, args.days)
     expiry = certs.cert_expiry(paths.tls_cert.read_bytes())
     dns, ips = certs.split_hosts([*certs.service_dns_names(args.service, args.namespace), *args.host])
@@ -47,6 +57,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"reused the CA in {paths.ca_cert} (the registered caBundle stays valid)")
     print(f"wrote {paths.tls_cert} and {paths.tls_key}, valid until {expiry:%Y-%m-%d %H:%M} UTC")
     print(f"  names: {', '.join([*dict.fromkeys(dns), *map(str, dict.fromkeys(ips))])}")
+    if args.client_cert is not None:
+        cert, key = certs.write_client_cert(args.out, args.client_cert, days=args.days)
+        print(f"wrote {cert} and {key}: client certificate CN={args.client_cert}")
     return 0
 
 

@@ -26,6 +26,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tls = p.add_argument_group("TLS (required: the webhook serves HTTPS only)")
     tls.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), e.g. certs/tls.crt")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM), e.g. certs/tls.key")
+    tls.add_argument(
+        "--client-ca",
+        metavar="FILE",
+        help="mutual TLS: /validate and /mutate answer 401 unless the client presents a certificate "
+        "signed by this CA (PEM; reloaded on change); probes and /metrics need none",
+    )
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     p.add_argument("--port", type=_port, default=8443, help="port to listen on (default: 8443)")
     add_policy_args(p)
@@ -53,6 +59,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--self-register",
         action="store_true",
         help="create or update the webhook configurations with --ca-bundle at start and when it changes",
+    )
+    cluster.add_argument(
+        "--inject-ca-bundle",
+        action="store_true",
+        help="write --ca-bundle into the caBundle of the existing webhook configurations named "
+        "trainguard, at start and when it changes; creates nothing (--self-register does more)",
     )
     cluster.add_argument("--webhook-service", default="trainguard", metavar="NAME", help="our Service's name")
     cluster.add_argument(
@@ -181,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(
         tls_cert=args.tls_cert,
         tls_key=args.tls_key,
+        client_ca=args.client_ca,
         host=args.host,
         port=args.port,
         policies=tuple(args.policies or ()),
@@ -191,6 +204,7 @@ def run(args: argparse.Namespace) -> int:
         in_cluster=args.in_cluster,
         ca_bundle=args.ca_bundle,
         self_register=args.self_register,
+        inject_ca_bundle=args.inject_ca_bundle,
         webhook_service=args.webhook_service,
         webhook_namespace=args.webhook_namespace,
         webhook_url=args.webhook_url,

@@ -7,10 +7,12 @@ nothing here is imported. The only package, with webhook/leader.py, that uses th
                   PolicyExceptions, each a watch cache
     credentials   an ApiClient from a kubeconfig or the service account
     registration  Registrar: server-side apply of the two webhook configurations with the current CA
+    cabundle      CABundleInjector: only the caBundle of the two configurations the install created
 """
 
 from __future__ import annotations
 
+from webhook.cluster.cabundle import CABundleInjector, ca_bundle_patch
 from webhook.cluster.caches import (
     EXCEPTION_GROUP,
     EXCEPTION_PLURAL,
@@ -46,6 +48,7 @@ __all__ = [
     "FIELD_MANAGER",
     "WATCH_TIMEOUT_SECONDS",
     "Backoff",
+    "CABundleInjector",
     "ClusterCaches",
     "ClusterError",
     "Registrar",
@@ -53,6 +56,7 @@ __all__ = [
     "WatchCache",
     "api_client",
     "apply_event",
+    "ca_bundle_patch",
     "cluster_scoped_key",
     "exception_value",
     "name_key",

@@ -27,6 +27,9 @@ class Registrar:
     is one more apply of the latest state, however many arrived while it was busy.
     """
 
+    doing = "self-registration"  # in the log lines of failures
+    done = "webhook configurations applied"
+
     def __init__(
         self,
         api: client.ApiClient,
@@ -105,14 +108,14 @@ class Registrar:
                 self.apply(ca)
             except Exception as exc:
                 self._observe(False)
-                log.warning("self-registration failed; retrying", extra={"problem": repr(exc)})
+                log.warning(f"{self.doing} failed; retrying", extra={"problem": str(exc) or repr(exc)})
                 self._wake.set()  # try again after the backoff
                 if self._stop.wait(backoff.next()):
                     return
                 continue
             backoff.reset()
             self._observe(True)
-            log.info("webhook configurations applied", extra={"service": self.service})
+            log.info(self.done, extra={"service": self.service})
 
     def _observe(self, ok: bool) -> None:
         if self.metrics is not None:

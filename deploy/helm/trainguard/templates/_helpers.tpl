@@ -45,17 +45,37 @@ kind: PlatformConfig
 {{- end }}
 {{- end -}}
 
+{{/*
+Non-empty when the server writes the Secret's ca.crt into the caBundle of the two webhook
+configurations the chart creates (`serve --inject-ca-bundle`, RBAC get/patch on those names):
+without self-registration, unless cert-manager's cainjector or certificates.caBundle provides it.
+*/}}
+{{- define "trainguard.injectCABundle" -}}
+{{- if and (not .Values.webhook.selfRegister) (ne .Values.certificates.source "certManager") (not .Values.certificates.caBundle) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* Where the server finds the CA of the API server's client certificate (mtls.enabled). */}}
+{{- define "trainguard.clientCAPath" -}}
+{{- if .Values.mtls.clientCASecret -}}
+/client-ca/{{ .Values.mtls.clientCAKey }}
+{{- else -}}
+/certs/ca.crt
+{{- end -}}
+{{- end -}}
+
 {{/* The webhook configurations register failurePolicy Fail/Ignore and 5 s when the server registers. */}}
 {{- define "trainguard.checkValues" -}}
 {{- $w := .Values.webhook -}}
 {{- if and $w.selfRegister (or (ne $w.validating.failurePolicy "Fail") (ne $w.mutating.failurePolicy "Ignore") (ne (int $w.timeoutSeconds) 5)) -}}
 {{- fail "webhook.validating.failurePolicy, webhook.mutating.failurePolicy and webhook.timeoutSeconds other than Fail, Ignore and 5 need webhook.selfRegister=false: the server registers those values when it registers itself" -}}
 {{- end -}}
-{{- if and (not $w.selfRegister) (ne .Values.certificates.source "certManager") (not .Values.certificates.caBundle) -}}
-{{- fail "webhook.selfRegister=false needs the caBundle from elsewhere: certificates.source=certManager (cainjector fills it) or certificates.caBundle (PEM of the CA)" -}}
-{{- end -}}
 {{- if and .Values.certificates.caBundle (eq .Values.certificates.source "generate") -}}
 {{- fail "certificates.caBundle cannot be known for certificates.source=generate (the Job makes a new CA): use source secret or certManager" -}}
+{{- end -}}
+{{- if and .Values.mtls.enabled (not .Values.mtls.clientCASecret) (eq .Values.certificates.source "generate") -}}
+{{- fail "mtls.enabled with certificates.source=generate: the generated CA's key is discarded, so no client certificate for the API server can be signed by it; set mtls.clientCASecret, or use certificates.source secret or certManager" -}}
 {{- end -}}
 {{- if and (not .Values.policies.existingConfigMap) (not .Values.policies.shipped) (not .Values.policies.extra) -}}
 {{- fail "no policies: set policies.shipped, policies.extra or policies.existingConfigMap (an empty policy set would admit everything, so the server refuses it)" -}}
