@@ -11,7 +11,9 @@ import pytest
 
 # torch.distributed, not torch: tests/torch/ (the oracle's folder, no __init__.py) is an importable
 # namespace package called torch wherever the real one is missing, so `import torch` alone succeeds there.
-pytest.importorskip("torch.distributed", reason="the reference trainer needs torch (bash .ci/setup --with-torch)")
+pytest.importorskip(
+    "torch.distributed", reason="the reference trainer needs torch (bash .ci/setup --with-torch)"
+)
 
 TRAINER = Path(__file__).resolve().parents[2] / "deploy" / "examples" / "trainer" / "checkpoint_trainer.py"
 
