@@ -102,12 +102,12 @@ def _check_types(doc: dict[str, Any], source: str) -> None:
     if not errors:
         return
     error = errors[0]
-    # A block that is "null or a mapping" fails as a whole: name the field inside it that is wrong.
+    # A block that is "null or a mapping" fails as a whole: name what is wrong inside its mapping.
     while error.context:
-        deepest = max(error.context, key=lambda e: len(e.absolute_path))
-        if len(deepest.absolute_path) <= len(error.absolute_path):
+        candidates = [e for e in error.context if e.schema.get("type") != "null"]
+        if not candidates:
             break
-        error = deepest
+        error = max(candidates, key=lambda e: len(e.absolute_path))
     path = ".".join(str(p) for p in error.absolute_path)
     known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
@@ -132,25 +132,29 @@ _TYPE_WORDS = {
 
 
 def _expected(field_schema: dict[str, Any]) -> str:
-    """What a field's schema asks for, in words."""
+    """What a field's schema asks for, in words (a string's description names what it holds)."""
     if "oneOf" in field_schema:
         return " or ".join(_expected(s) for s in field_schema["oneOf"])
     if "const" in field_schema:
         return json.dumps(field_schema["const"])
     types = field_schema.get("type", [])
-    text = " or ".join(_TYPE_WORDS[t] for t in ([types] if isinstance(types, str) else types))
-    if field_schema.get("description"):
-        text += f" ({field_schema['description']})"
-    elif "pattern" in field_schema:
-        text += f" matching {field_schema['pattern']}"
-    elif field_schema.get("minLength") == 1:
-        text = text.replace("a string", "a non-empty string")
+    words = [_TYPE_WORDS[t] for t in ([types] if isinstance(types, str) else types)]
+    description = field_schema.get("description")
+    if description and "a string" in words:
+        words[words.index("a string")] = description
+    elif "a string" in words and field_schema.get("minLength") == 1:
+        words[words.index("a string")] = "a non-empty string"
+    text = " or ".join(words)
+    if description and description not in words:
+        text += f" ({description})"
     if "minimum" in field_schema:
-        text += f", at least {field_schema['minimum']}"
+        text += f" >= {field_schema['minimum']}"
     if isinstance(field_schema.get("additionalProperties"), dict):
         text += f" whose values are each {_expected(field_schema['additionalProperties'])}"
     if isinstance(field_schema.get("items"), dict):
         text += f" whose items are each {_expected(field_schema['items'])}"
+    if "pattern" in field_schema and not description:
+        text += f" matching {field_schema['pattern']}"
     return text or "valid"
 
 
