@@ -20,6 +20,14 @@ _NP = frozenset({"-np", "-n", "--np", "--n", "-c"})
 
 
 def mpirun_np(command: Sequence[str], args: Sequence[str], env: Mapping[str, str | None]) -> int | None:
+    argv = mpi_argv(command, args, env)
+    return None if argv is None else _np(argv)
+
+
+def mpi_argv(
+    command: Sequence[str], args: Sequence[str], env: Mapping[str, str | None]
+) -> tuple[str, ...] | None:
+    """The arguments of the container's MPI launcher; None when it launches none we can see."""
     words = (*command, *args)
     if not any(w for w in words if "mpi" in w or "orterun" in w):
         return None  # the common case: one substring test per word
@@ -33,7 +41,7 @@ def mpirun_np(command: Sequence[str], args: Sequence[str], env: Mapping[str, str
         return None
     if found is None or found.argv is None:
         return None
-    return _np(found.argv)
+    return tuple(found.argv)
 
 
 def _find(argv: list[str], env: Environ, depth: int, meter: Meter) -> Found | None:
