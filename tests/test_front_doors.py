@@ -216,3 +216,12 @@ def count_values(value: Any) -> int:
     if isinstance(value, list):
         return len(value) + sum(count_values(v) for v in value)
     return 0
+
+
+def test_a_large_real_object_is_decided_by_the_webhook(client: TestClient) -> None:
+    """Over a megabyte, under the cap on values: counted on the text, then decided."""
+    obj = pod()
+    obj["spec"]["containers"][0]["env"] = [{"name": f"V{i}", "value": "x" * 48} for i in range(20_000)]
+    response = admit(client, obj)
+    assert len(encode(obj)) > 1024 * 1024
+    assert response.status_code == 200 and response.json()["response"]["allowed"] is True
