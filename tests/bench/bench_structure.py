@@ -82,7 +82,7 @@ SHAPES: dict[str, Callable[[], dict[str, Any]]] = {
     "list of empty maps": lambda: _fill(lambda n: _pod([{}] * n)),
     "95-deep branches, wide": lambda: _fill(lambda n: _pod(_nested_wide(n))),
     "labels, 1-char values": lambda: _fill(lambda n: _pod(labels={f"k{i:x}": "v" for i in range(n)})),
-    "values at the cap, 2 bytes each": lambda: _pod([0] * 499_990),
+    "just past the cap, 2 bytes a value": lambda: _pod([0] * 499_990),
 }
 
 
