@@ -26,6 +26,9 @@ _WARNING_LIMIT = 1024
 # Past this, containers in a review are refused (400): the object sits two levels down (review,
 # request), so this is the manifest files' bound on an object's own nesting.
 MAX_DEPTH = MAX_OBJECT_DEPTH + 2
+_TOO_DEEP = (
+    f"nested deeper than {MAX_OBJECT_DEPTH} levels below the request ({MAX_DEPTH} from the review's top)"
+)
 MAX_UID_LENGTH = 128  # a UID is 36 characters
 
 
@@ -257,7 +260,7 @@ def _check_text_depth(body: bytes) -> None:
         for i in range(0, len(brackets), _TEXT_CHUNK):
             chunk = brackets[i : i + _TEXT_CHUNK]
             if max(accumulate(map(_STEP.__getitem__, chunk), initial=depth)) > MAX_DEPTH:
-                raise _fail(f"nested deeper than {MAX_DEPTH} levels")
+                raise _fail(_TOO_DEEP)
             depth += chunk.count(b"[") - chunk.count(b"]")
         return
     for _ in range(MAX_DEPTH):
@@ -265,7 +268,7 @@ def _check_text_depth(body: bytes) -> None:
             return
         brackets = brackets.replace(b"[]", b"")
     if brackets:
-        raise _fail(f"nested deeper than {MAX_DEPTH} levels")
+        raise _fail(_TOO_DEEP)
 
 
 def _brackets_of(marks: bytes) -> bytes:
