@@ -225,3 +225,20 @@ def test_a_large_real_object_is_decided_by_the_webhook(client: TestClient) -> No
     response = admit(client, obj)
     assert len(encode(obj)) > 1024 * 1024
     assert response.status_code == 200 and response.json()["response"]["allowed"] is True
+
+
+def test_a_list_is_bounded_item_by_item(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What `kubectl get -o yaml` prints for a large cluster: many objects, each under the cap."""
+    monkeypatch.setattr(documents, "MAX_VALUES", 100)
+    items = [pod() for _ in range(20)]
+    for i, item in enumerate(items):
+        item["metadata"]["name"] = f"p{i}"
+    path = tmp_path / "list.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    assert main(["check", str(path)]) == 0, capsys.readouterr()
+    items[3]["spec"]["extra"] = [0] * 100
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    assert main(["check", str(path)]) == 2
+    assert "field items[3]: holds more than 100 values" in capsys.readouterr().err

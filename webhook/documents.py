@@ -363,7 +363,11 @@ def load_yaml_documents(text: str, path: str, *, track_lines: bool = False) -> l
                 raise InputError(message, source=path, document=index, line=line) from None
             if data is None:
                 continue
-            check_structure(data, source=path, document=index, line=start)
+            if _is_list(data):  # each item is an object of its own, bounded as one
+                for i, item in enumerate(data["items"]):
+                    check_structure(item, source=path, document=index, line=start, prefix=f"items[{i}].")
+            else:
+                check_structure(data, source=path, document=index, line=start)
             doc = Document(data, f"{path}#{index}", path, index, start)
             if track_lines:
                 _record_lines(node, "", doc.lines)
@@ -596,10 +600,14 @@ def check_object(doc: Document) -> None:
     check_metadata(doc.data, source=doc.path, document=doc.index, line=doc.line_of("/metadata"))
 
 
+def _is_list(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("kind") == "List" and isinstance(data.get("items"), list)
+
+
 def expand_lists(doc: Document) -> Iterator[Document]:
     """`kind: List` (what `kubectl get -o yaml` prints) stands for its items."""
     data = doc.data
-    if isinstance(data, dict) and data.get("kind") == "List" and isinstance(data.get("items"), list):
+    if _is_list(data):
         for i, item in enumerate(data["items"]):
             sub = Document(item, f"{doc.source}/items/{i}", doc.path, doc.index, doc.line_of(f"/items/{i}"))
             prefix = f"/items/{i}"
