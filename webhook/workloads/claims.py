@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from webhook.config import PlatformConfig
 from webhook.fields import pointer_to_path
 from webhook.workloads.model import PodGroup, TierConflict, TorchrunSpec
-from webhook.workloads.torchrun.mpi import mpi_argv
+from webhook.workloads.torchrun.mpi import mpi_launch
 
 
 def multi_node_launch(groups: Sequence[PodGroup], total_pods: int) -> str | None:
@@ -35,8 +35,10 @@ def multi_node_launch(groups: Sequence[PodGroup], total_pods: int) -> str | None
                 if source == "operator":
                     return f"{t.nnodes} nodes from {t.injected.get('nnodes', 'the training operator')}"
                 return f"torchrun --nnodes={t.nnodes} in {where}"
-            if mpi is None and total_pods > 1 and _launches_mpi(c.command, c.args, c.env, c.mpirun_np):
-                mpi = f"mpirun in {pointer_to_path(c.pointer)} across {total_pods} pods"
+            if mpi is None and total_pods > 1:
+                launcher = _mpi_launcher(c.command, c.args, c.env, c.mpirun_np)
+                if launcher is not None:
+                    mpi = f"{launcher} in {pointer_to_path(c.pointer)} across {total_pods} pods"
     return mpi
 
 
@@ -46,10 +48,13 @@ def _multi_node(t: TorchrunSpec) -> bool:
     return t.nnodes_max > 1 or t.nnodes_min != t.nnodes_max
 
 
-def _launches_mpi(
+def _mpi_launcher(
     command: tuple[str, ...], args: tuple[str, ...], env: dict[str, str | None], np: int | None
-) -> bool:
-    return np is not None or mpi_argv(command, args, env) is not None
+) -> str | None:
+    launch = mpi_launch(command, args, env)
+    if launch is not None:
+        return launch[0]
+    return "mpirun" if np is not None else None
 
 
 def tier_conflicts(
