@@ -65,10 +65,16 @@ def test_file_overrides_only_the_fields_it_names(tmp_path: Path) -> None:
         pytest.param("queus: {}\n", "unknown field queus", id="typo-at-top-level"),
         pytest.param("pools:\n  lableKey: x\n", "unknown field pools.lableKey", id="typo-nested"),
         pytest.param("checkpoint:\n  minInterval: 3h\n", "min <= max", id="bounds-inverted"),
-        pytest.param("checkpoint:\n  maxInterval: soon\n", "must be durations", id="bound-not-a-duration"),
+        pytest.param(
+            "checkpoint:\n  maxInterval: soon\n",
+            "field checkpoint.maxInterval must be a duration such as 90s",
+            id="bound-not-a-duration",
+        ),
         pytest.param("kind: Policy\n", "kind must be PlatformConfig", id="wrong-kind"),
         pytest.param("a: 1\na: 2\n", "duplicate key 'a'", id="duplicate-key"),
-        pytest.param("restarts:\n  max: many\n", "restarts.max must be an integer", id="restarts-not-int"),
+        pytest.param(
+            "restarts:\n  max: many\n", "field restarts.max must be an integer", id="restarts-not-int"
+        ),
     ],
 )
 def test_bad_config_is_refused_naming_the_field(tmp_path: Path, text: str, words: str) -> None:

@@ -241,10 +241,14 @@ DEPTHS = [
     ),
     # The depth carried from one chunk of brackets into the next.
     pytest.param(
-        b"[" * 50 + b"[1]," * 40_000 + _lists(50) + b"]" * 50, True, id="deep-after-two-chunks-at-the-limit"
+        b"[" * 50 + b"[1]," * 40_000 + _lists(review.MAX_DEPTH - 50) + b"]" * 50,
+        True,
+        id="deep-after-two-chunks-at-the-limit",
     ),
     pytest.param(
-        b"[" * 50 + b"[1]," * 40_000 + _lists(51) + b"]" * 50, False, id="deep-after-two-chunks-one-past"
+        b"[" * 50 + b"[1]," * 40_000 + _lists(review.MAX_DEPTH - 49) + b"]" * 50,
+        False,
+        id="deep-after-two-chunks-one-past",
     ),
 ]
 
@@ -266,7 +270,7 @@ def test_nesting_is_read_across_chunks_of_the_text() -> None:
     count = 3 * review._TEXT_CHUNK // len(filler)
     review._check_text_depth(b"[" + filler * count + b"1]")
     with pytest.raises(ReviewError):
-        review._check_text_depth(b"[" + filler * count + b"[" * 100 + b"]" * 100 + b"]")
+        review._check_text_depth(b"[" + filler * count + _lists(review.MAX_DEPTH) + b"]")
 
 
 # -- build_response -------------------------------------------------------------------------------

@@ -323,6 +323,10 @@ def deployment(*containers: Obj, **kw: Any) -> Obj:
 
 GPU = {"resources": {"limits": {"nvidia.com/gpu": "1"}}}
 CPU = {"resources": {"requests": {"cpu": "100m", "memory": "64Mi", "hugepages-2Mi": "2Mi"}}}
+MIG = {"resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}}
+AMD = {"resources": {"requests": {"amd.com/gpu": "1"}, "limits": {"amd.com/gpu": "1"}}}
+GAUDI = {"resources": {"limits": {"habana.ai/gaudi": "8"}}}
+RDMA = {"resources": {"limits": {"rdma/hca_shared_devices_a": "1"}}}
 
 # (object, old object or None, called by validating, called by mutating)
 CASES = [
@@ -557,7 +561,32 @@ EVERYTHING = [{"operator": "Exists"}]
 # (object, old object or None, node-level: never sent to either webhook, and skipped by the engine)
 NODE_LEVEL_CASES = [
     pytest.param(owned_by(pod(container(), affinity=DS_AFFINITY), "DaemonSet"), None, True, id="daemonset"),
-    pytest.param(owned_by(pod(container(**GPU)), "DaemonSet"), None, True, id="daemonset-with-gpu"),
+    # Node-level only without accelerators, whatever the shape: GPUs, MIG slices, other vendors'.
+    pytest.param(owned_by(pod(container(**GPU)), "DaemonSet"), None, False, id="daemonset-with-gpu"),
+    pytest.param(owned_by(pod(container(**MIG)), "DaemonSet"), None, False, id="daemonset-with-mig-slice"),
+    pytest.param(owned_by(pod(container(**AMD)), "DaemonSet"), None, False, id="daemonset-with-amd-gpu"),
+    pytest.param(owned_by(pod(container(**GAUDI)), "DaemonSet"), None, False, id="daemonset-with-gaudi"),
+    pytest.param(
+        owned_by(pod(container(), initContainers=[container(name="init", **GPU)]), "DaemonSet"),
+        None,
+        False,
+        id="daemonset-with-gpu-init-container",
+    ),
+    pytest.param(
+        owned_by(pod(container(), resourceClaims=[{"name": "gpu"}]), "DaemonSet"),
+        None,
+        False,
+        id="daemonset-with-dra-claim",
+    ),
+    # An agent's own extended resources (an RDMA device, hugepages) are not accelerators.
+    pytest.param(owned_by(pod(container(**RDMA)), "DaemonSet"), None, True, id="daemonset-with-rdma-device"),
+    pytest.param(pod(container(**RDMA), tolerations=EVERYTHING), None, True, id="tolerates-everything-rdma"),
+    pytest.param(
+        pod(container(**MIG), priorityClassName="system-cluster-critical"),
+        None,
+        False,
+        id="critical-with-mig",
+    ),
     pytest.param(
         owned_by(pod(container(**GPU)), "DaemonSet", controller=None),
         None,
@@ -618,22 +647,28 @@ NODE_LEVEL_CASES = [
     ),
     pytest.param(deployment(container(), tolerations=EVERYTHING), None, False, id="deployment-is-not-a-pod"),
     pytest.param(
-        pod(container(**GPU)),
-        owned_by(pod(container(**GPU)), "DaemonSet"),
+        pod(container(**CPU)),
+        owned_by(pod(container(**CPU)), "DaemonSet"),
         False,
         id="update-drops-the-daemonset-owner",
     ),
     pytest.param(
-        owned_by(pod(container(**GPU)), "DaemonSet"),
-        pod(container(**GPU)),
+        owned_by(pod(container(**CPU)), "DaemonSet"),
+        pod(container(**CPU)),
         False,
         id="update-adds-a-daemonset-owner",
     ),
     pytest.param(
-        owned_by(pod(container(**GPU)), "DaemonSet"),
-        owned_by(pod(container(**GPU)), "DaemonSet"),
+        owned_by(pod(container(**CPU)), "DaemonSet"),
+        owned_by(pod(container(**CPU)), "DaemonSet"),
         True,
         id="update-of-a-daemonset-pod",
+    ),
+    pytest.param(
+        owned_by(pod(container(**CPU)), "DaemonSet"),
+        owned_by(pod(container(**GPU)), "DaemonSet"),
+        False,
+        id="update-drops-the-gpus-of-a-daemonset-pod",
     ),
 ]
 

@@ -7,12 +7,15 @@ Embedded defaults make everything work with no file.
 
 from __future__ import annotations
 
+import functools
+import json
 import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 
 from webhook.errors import ConfigError
@@ -77,6 +80,84 @@ def _defaults_text() -> str:
     return (resources.files("webhook") / "_data" / "platform-defaults.yaml").read_text("utf-8")
 
 
+def schema() -> dict[str, Any]:
+    """The JSON Schema of a PlatformConfig file (draft-07, as Helm reads values schemas)."""
+    loaded: dict[str, Any] = json.loads(_schema_text())
+    return loaded
+
+
+@functools.cache
+def _schema_text() -> str:
+    return (resources.files("webhook") / "_data" / "platform-config.schema.json").read_text("utf-8")
+
+
+@functools.cache
+def _validator() -> jsonschema.Draft7Validator:
+    return jsonschema.Draft7Validator(schema())
+
+
+def _check_types(doc: dict[str, Any], source: str) -> None:
+    """ConfigError naming the first field (in path order) that the schema refuses."""
+    errors = sorted(_validator().iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path])
+    if not errors:
+        return
+    error = errors[0]
+    # A block that is "null or a mapping" fails as a whole: name what is wrong inside its mapping.
+    while error.context:
+        candidates = [e for e in error.context if e.schema.get("type") != "null"]
+        if not candidates:
+            break
+        error = max(candidates, key=lambda e: len(e.absolute_path))
+    path = ".".join(str(p) for p in error.absolute_path)
+    known = error.schema.get("properties", {}) if isinstance(error.schema, dict) else {}
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        unknown = sorted(str(k) for k in error.instance if k not in known)
+        field = f"{path}.{unknown[0]}" if path else unknown[0]
+        raise ConfigError(f"{source}: unknown field {field} (known: {', '.join(sorted(known))})")
+    shown = json.dumps(error.instance, default=str)
+    shown = shown if len(shown) <= 60 else "a longer value"
+    expected = _expected(error.schema) if isinstance(error.schema, dict) else error.message
+    raise ConfigError(f"{source}: field {path or '(the document)'} must be {expected} (got {shown})")
+
+
+_TYPE_WORDS = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping",
+    "null": "null",
+}
+
+
+def _expected(field_schema: dict[str, Any]) -> str:
+    """What a field's schema asks for, in words (a string's description names what it holds)."""
+    if "oneOf" in field_schema:
+        return " or ".join(_expected(s) for s in field_schema["oneOf"])
+    if "const" in field_schema:
+        return json.dumps(field_schema["const"])
+    types = field_schema.get("type", [])
+    words = [_TYPE_WORDS[t] for t in ([types] if isinstance(types, str) else types)]
+    description = field_schema.get("description")
+    if description and "a string" in words:
+        words[words.index("a string")] = description
+    elif "a string" in words and field_schema.get("minLength") == 1:
+        words[words.index("a string")] = "a non-empty string"
+    text = " or ".join(words)
+    if description and description not in words:
+        text += f" ({description})"
+    if "minimum" in field_schema:
+        text += f" >= {field_schema['minimum']}"
+    if isinstance(field_schema.get("additionalProperties"), dict):
+        text += f" whose values are each {_expected(field_schema['additionalProperties'])}"
+    if isinstance(field_schema.get("items"), dict):
+        text += f" whose items are each {_expected(field_schema['items'])}"
+    if "pattern" in field_schema and not description:
+        text += f" matching {field_schema['pattern']}"
+    return text or "valid"
+
+
 def _merge(base: dict[str, Any], override: dict[str, Any], path: str, source: str) -> dict[str, Any]:
     out = dict(base)
     for key, value in override.items():
@@ -102,12 +183,6 @@ def _validate(raw: dict[str, Any], source: str) -> None:
             f"(got {cp['minInterval']!r}, {cp['maxInterval']!r})"
         )
     cp["minIntervalSeconds"], cp["maxIntervalSeconds"] = lo, hi
-    if not isinstance(cp["minGracePeriodSeconds"], int):
-        raise ConfigError(f"{source}: checkpoint.minGracePeriodSeconds must be an integer")
-    if not isinstance(raw["restarts"]["max"], int):
-        raise ConfigError(f"{source}: restarts.max must be an integer")
-    if not isinstance(raw["queues"]["namespaces"], dict):
-        raise ConfigError(f"{source}: queues.namespaces must map namespace -> LocalQueue")
     _validate_recovery(raw, source)
 
 
@@ -178,6 +253,7 @@ def config_from_mapping(doc: dict[str, Any], source: str) -> PlatformConfig:
     """A PlatformConfig from an already-parsed mapping, merged over the embedded defaults."""
     if doc.get("kind", "PlatformConfig") != "PlatformConfig":
         raise ConfigError(f"{source}: kind must be PlatformConfig, got {doc.get('kind')!r}")
+    _check_types(doc, source)
     raw = _merge(yaml.safe_load(_defaults_text()), doc, "", source)
     _validate(raw, source)
     return PlatformConfig(raw=raw, source=source)

@@ -6,15 +6,15 @@ webhook configurations' `not-node-level` matchCondition) and the engine leaves t
 `trainguard check` and the cluster decide them alike. This module is the Python side of that
 definition; `webhookconfig` renders the CEL side and the tests hold the two to the same table.
 
-A node-level Pod is one of:
-- owned (as controller) by a DaemonSet: DaemonSets themselves are not sent to the webhook, so
-  skipping their Pods opens no path a user did not already have;
-- of priority class `system-node-critical` or `system-cluster-critical`, requesting no extended
-  resource (GPU or other accelerator) and no DRA claim;
-- tolerating every taint (a toleration with `operator: Exists` and no key), requesting no extended
-  resource and no DRA claim.
-The last two ask for "no accelerator" so that a training Pod cannot slip past the webhook by
-borrowing an agent's shape.
+A node-level Pod has an agent's shape and asks for no accelerator. The shapes:
+- owned (as controller) by a DaemonSet;
+- of priority class `system-node-critical` or `system-cluster-critical`;
+- tolerating every taint (a toleration with `operator: Exists` and no key).
+Asking for an accelerator is requesting (or limiting) one of `webhook.accelerators` in any
+container or init container, or any DRA claim. A Pod of one of these shapes that asks for GPUs is
+decided like any other: a DaemonSet is a tenant's object like any workload, and a training job
+must not slip past the webhook by borrowing an agent's shape. Agents (device plugins, feature
+discovery, DCGM exporters) see the GPUs through the device plugin API, not by requesting them.
 """
 
 from __future__ import annotations
@@ -22,11 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from webhook.accelerators import is_accelerator_name
+
 CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 
 
 def node_level_reason(pod: Mapping[str, Any]) -> str | None:
     """Why `pod` (a v1 Pod as a dict) is node-level; None when it is not."""
+    reason = None
     meta = pod.get("metadata")
     owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
     for ref in owners if isinstance(owners, list) else ():
@@ -36,27 +39,29 @@ def node_level_reason(pod: Mapping[str, Any]) -> str | None:
             and str(ref.get("apiVersion", "")).startswith("apps/")
             and ref.get("controller") is True
         ):
-            return f"node-level Pod: owned by DaemonSet {ref.get('name')}"
+            reason = f"node-level Pod: owned by DaemonSet {ref.get('name')}"
+            break
     spec = pod.get("spec")
     if not isinstance(spec, Mapping):
-        return None
-    reason = None
-    priority_class = spec.get("priorityClassName")
-    if priority_class in CRITICAL_PRIORITY_CLASSES:
-        reason = f"node-level Pod: priority class {priority_class}"
-    else:
-        tolerations = spec.get("tolerations")
-        for tol in tolerations if isinstance(tolerations, list) else ():
-            if isinstance(tol, Mapping) and not tol.get("key") and tol.get("operator") == "Exists":
-                reason = "node-level Pod: tolerates every taint"
-                break
+        spec = {}
+    if reason is None:
+        priority_class = spec.get("priorityClassName")
+        if priority_class in CRITICAL_PRIORITY_CLASSES:
+            reason = f"node-level Pod: priority class {priority_class}"
+        else:
+            tolerations = spec.get("tolerations")
+            for tol in tolerations if isinstance(tolerations, list) else ():
+                if isinstance(tol, Mapping) and not tol.get("key") and tol.get("operator") == "Exists":
+                    reason = "node-level Pod: tolerates every taint"
+                    break
     # Every Pod admitted passes here: its containers are read only when the shape is an agent's.
-    if reason is None or _asks_for_accelerators(spec):
+    if reason is None or asks_for_accelerators(spec):
         return None
     return reason
 
 
-def _asks_for_accelerators(spec: Mapping[str, Any]) -> bool:
+def asks_for_accelerators(spec: Mapping[str, Any]) -> bool:
+    """Any accelerator requested or limited by a container or init container, or a DRA claim."""
     # Presence, as the matchCondition's has() sees it.
     if "resourceClaims" in spec:
         return True
@@ -73,7 +78,8 @@ def _asks_for_accelerators(spec: Mapping[str, Any]) -> bool:
             return True
         for part in ("requests", "limits"):
             amounts = resources.get(part)
-            # Extended resources are domain-prefixed (nvidia.com/gpu); cpu, memory, … are not.
-            if isinstance(amounts, Mapping) and any("/" in str(name) for name in amounts):
+            if isinstance(amounts, Mapping) and any(
+                isinstance(name, str) and is_accelerator_name(name) for name in amounts
+            ):
                 return True
     return False

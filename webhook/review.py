@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from webhook.documents import MAX_DEPTH as MAX_OBJECT_DEPTH
+from webhook.documents import MAX_VALUES, check_metadata, check_structure
 from webhook.engine import AdmissionInput, Decision
 from webhook.errors import InputError
 
@@ -21,8 +23,12 @@ API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 # The API server shows at most this much of each warning; longer ones are cut by it anyway.
 _WARNING_LIMIT = 1024
-# Past this, containers in a review are refused (400): real objects nest about 20 levels.
-MAX_DEPTH = 100
+# Past this, containers in a review are refused (400): the object sits two levels down (review,
+# request), so this is the manifest files' bound on an object's own nesting.
+MAX_DEPTH = MAX_OBJECT_DEPTH + 2
+_TOO_DEEP = (
+    f"nested deeper than {MAX_OBJECT_DEPTH} levels below the request ({MAX_DEPTH} from the review's top)"
+)
 MAX_UID_LENGTH = 128  # a UID is 36 characters
 
 
@@ -78,7 +84,11 @@ def parse_review(
     value: bounding the depth here keeps RecursionError out of all of them. It is not done in
     loads(), which runs on the event loop: on a crafted 3 MB body it takes most of a second.
     """
-    _check_text_depth(body)
+    try:
+        _check_text_depth(body)
+    except ReviewError:
+        _name_the_deep_field(review)
+        raise
     if not isinstance(review, dict):
         raise _fail(f"expected a JSON object, got {type(review).__name__}")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
@@ -109,6 +119,18 @@ def parse_review(
         )
     if old is not None and not isinstance(old, dict):
         raise _fail("request.oldObject must be an object or null", "request.oldObject")
+    # The manifest files' own checks (webhook.documents), so that check, review and the webhook
+    # refuse the same objects; the text's depth is bounded above.
+    for value, prefix in ((obj, "request.object."), (old, "request.oldObject.")):
+        if isinstance(value, dict):
+            try:
+                bound = _values_bound(body)
+                check_structure(
+                    value, source="AdmissionReview", prefix=prefix, values_bound=bound, depth_checked=True
+                )
+                check_metadata(value, source="AdmissionReview", prefix=prefix)
+            except InputError as exc:
+                raise ReviewError(exc.message, source=exc.source, field=exc.field) from None
     kind: dict[str, Any] = request["kind"] if isinstance(request.get("kind"), dict) else {}
     user_info: dict[str, Any] = request["userInfo"] if isinstance(request.get("userInfo"), dict) else {}
     namespace = _optional_string(request, "namespace")
@@ -134,6 +156,29 @@ def parse_review(
             yield_at=yield_at,
         ),
     )
+
+
+def _values_bound(body: bytes) -> int:
+    """At most how many values the JSON text holds: each but the first follows a comma or opens a
+    container (commas and brackets inside strings only raise the bound). Counted at C speed, and
+    only for a body long enough to hold more than the cap (two bytes a value), so that a large
+    real object is not walked for its count."""
+    bound = len(body) // 2 + 1
+    if bound > MAX_VALUES:
+        bound = body.count(b",") + body.count(b"[") + body.count(b"{") + 1
+    return bound
+
+
+def _name_the_deep_field(review: Any) -> None:
+    """The manifest files' error, naming the field, when what nests too deep is (old)object."""
+    request = review.get("request") if isinstance(review, dict) else None
+    for key in ("object", "oldObject"):
+        value = request.get(key) if isinstance(request, dict) else None
+        if isinstance(value, dict):
+            try:
+                check_structure(value, source="AdmissionReview", prefix=f"request.{key}.")
+            except InputError as exc:
+                raise ReviewError(exc.message, source=exc.source, field=exc.field) from None
 
 
 def _optional_string(mapping: dict[str, Any], key: str, field: str | None = None) -> str | None:
@@ -215,7 +260,7 @@ def _check_text_depth(body: bytes) -> None:
         for i in range(0, len(brackets), _TEXT_CHUNK):
             chunk = brackets[i : i + _TEXT_CHUNK]
             if max(accumulate(map(_STEP.__getitem__, chunk), initial=depth)) > MAX_DEPTH:
-                raise _fail(f"nested deeper than {MAX_DEPTH} levels")
+                raise _fail(_TOO_DEEP)
             depth += chunk.count(b"[") - chunk.count(b"]")
         return
     for _ in range(MAX_DEPTH):
@@ -223,7 +268,7 @@ def _check_text_depth(body: bytes) -> None:
             return
         brackets = brackets.replace(b"[]", b"")
     if brackets:
-        raise _fail(f"nested deeper than {MAX_DEPTH} levels")
+        raise _fail(_TOO_DEEP)
 
 
 def _brackets_of(marks: bytes) -> bytes:

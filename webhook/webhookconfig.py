@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from webhook import certs, kinds
+from webhook.accelerators import ACCELERATORS, MIG_PATTERN
 from webhook.config import PlatformConfig, load_config
 from webhook.errors import TrainguardError
 from webhook.nodelevel import CRITICAL_PRIORITY_CLASSES
@@ -61,11 +62,12 @@ EXPLANATIONS = {
         "ever waiting on itself"
     ),
     "not-node-level": (
-        "a Pod owned by a DaemonSet, or one that requests no extended resource and no DRA claim and "
-        "has priority class system-node-critical or system-cluster-critical or tolerates every taint "
-        "(operator Exists, no key): a node agent (CNI, CSI, device plugin) must start even while the "
-        "webhook is down, on the webhook's own node too. DaemonSets themselves are not sent to the "
-        "webhook, and the engine leaves these Pods alone as well (webhook/nodelevel.py)"
+        "a Pod that requests no accelerator (GPU, MIG slice, TPU, Gaudi, Neuron) and no DRA claim and "
+        "is owned by a DaemonSet, has priority class system-node-critical or system-cluster-critical, "
+        "or tolerates every taint (operator Exists, no key): a node agent (CNI, CSI, device plugin) "
+        "must start even while the webhook is down, on the webhook's own node too. A Pod of these "
+        "shapes that asks for accelerators is decided like any other. The engine leaves the same "
+        "Pods alone as well (webhook/nodelevel.py)"
     ),
     "not-plain-cpu-infrastructure": (
         "a Pod, Deployment or StatefulSet (validating) or a Deployment or StatefulSet (mutating) that "
@@ -252,15 +254,14 @@ def _not_node_level() -> str:
         "(has(s.tolerations) && s.tolerations.exists(tol,\n"
         "  (!has(tol.key) || tol.key == '') && has(tol.operator) && tol.operator == 'Exists'))"
     )
-    unowned = (
-        "(has(o.spec) && [o.spec].all(s,\n" + _indent(_no_accelerators() + " &&\n(" + agent + ")", 2) + "))"
-    )
+    shape = "(" + owned + " ||\n" + agent + ")"
     return (
         "!(\n"
         "  request.resource.group == '' && request.resource.resource == 'pods' &&\n"
         "  (request.operation == 'UPDATE' ? [object, oldObject] : [object]).all(o,\n"
-        + _indent(owned + " ||\n" + unowned, 4)
-        + ")\n)"
+        "    [has(o.spec) ? o.spec : {}].all(s,\n"
+        + _indent(shape + " &&\n" + _no_accelerators(), 6)
+        + "))\n)"
     )
 
 
@@ -270,7 +271,8 @@ def _no_accelerators() -> str:
         " (has(s.initContainers) ? s.initContainers : [])).all(c,\n"
         "  [has(c.resources) && has(c.resources.requests) ? c.resources.requests : {},\n"
         "   has(c.resources) && has(c.resources.limits) ? c.resources.limits : {}]\n"
-        "    .all(r, !r.exists(n, n.contains('/'))) &&\n"
+        f"    .all(r, !r.exists(n, n in {_list(sorted(ACCELERATORS))} ||\n"
+        f"      n.matches({_q(MIG_PATTERN)}))) &&\n"
         "  !(has(c.resources) && has(c.resources.claims))) &&\n"
         "!has(s.resourceClaims)"
     )

@@ -23,6 +23,7 @@ import yaml
 
 from tests.deploy.chart import CHART, NAMESPACE, ROOT, Helm, Obj, find
 from webhook.config import config_from_mapping
+from webhook.config import schema as platform_config_schema
 from webhook.engine import load_policy_set
 
 HELM_LABELS = (
@@ -596,6 +597,15 @@ REFUSED: list[Any] = [
     pytest.param({"excludedNamespaces": ["Not_A_Namespace"]}, "excludedNamespaces", id="bad-namespace-name"),
     pytest.param({"policies": {"extra": {"rule.txt": "x"}}}, "rule.txt", id="extra-policy-not-yaml"),
     pytest.param({"platformConfig": {"queue": {}}}, "queue", id="unknown-platform-config-field"),
+    pytest.param({"platformConfig": {"tiers": {"values": 5}}}, "values", id="platform-config-mistyped-map"),
+    pytest.param(
+        {"platformConfig": {"topology": {"rackKey": ["a", "b"]}}}, "rackKey", id="platform-config-list"
+    ),
+    pytest.param(
+        {"platformConfig": {"recovery": {"tiers": {"preemptible": {"cooldown": 5}}}}},
+        "cooldown",
+        id="platform-config-duration-a-number",
+    ),
     pytest.param({"replica": 2}, "replica", id="misspelt-top-level-value"),
     pytest.param({"resources": {"limits": {"cpu": "lots"}}}, "cpu", id="bad-quantity"),
     pytest.param({"audit": {"enabled": "yes"}}, "enabled", id="audit-not-a-boolean"),
@@ -632,3 +642,14 @@ def test_schema_knows_every_platform_config_field() -> None:
     defaults = yaml.safe_load((ROOT / "webhook" / "_data" / "platform-defaults.yaml").read_text("utf-8"))
     schema = json.loads((CHART / "values.schema.json").read_text("utf-8"))
     assert sorted(schema["properties"]["platformConfig"]["properties"]) == sorted(defaults)
+
+
+def test_the_chart_types_the_platform_config_with_the_servers_schema() -> None:
+    """One schema for `check`, `serve` and `helm install`: the chart's platformConfig block is the
+    PlatformConfig schema the server validates with (webhook/_data/platform-config.schema.json)."""
+    chart = json.loads((CHART / "values.schema.json").read_text("utf-8"))
+    expected = {k: v for k, v in platform_config_schema().items() if k not in ("$schema", "title")}
+    assert chart["properties"]["platformConfig"] == expected, (
+        "copy webhook/_data/platform-config.schema.json (without $schema and title) into "
+        "values.schema.json's properties.platformConfig"
+    )

@@ -56,6 +56,16 @@ def daemonset_pod(name: str, namespace: str) -> dict[str, Any]:
     return manifest
 
 
+def gpu_daemonset_pod(name: str, namespace: str, command: list[str]) -> dict[str, Any]:
+    """A DaemonSet's Pod that asks for a GPU: a workload in an agent's shape, decided like any other."""
+    manifest = daemonset_pod(name, namespace)
+    manifest["metadata"]["labels"] = {"app": "gpu-job", "pod-template-generation": "1"}
+    container = manifest["spec"]["containers"][0]
+    container["command"] = command
+    container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    return manifest
+
+
 def critical_pod(name: str, namespace: str, priority_class: str) -> dict[str, Any]:
     manifest = pod(name, namespace)
     manifest["spec"]["priorityClassName"] = priority_class
@@ -112,8 +122,53 @@ def test_node_level_pods_are_created_while_the_webhook_is_down(admission: Admiss
         )
         assert f'failed calling webhook "{VALIDATING_WEBHOOK}"' in refused.stderr, refused.stderr
         assert admission.get(disguised) is None
+
+        # Nor does a DaemonSet's: its Pods that ask for GPUs are sent, the agent's above were not.
+        gpu_job = gpu_daemonset_pod("tg-ds-gpu-job", namespace, ["python", "serve.py"])
+        refused = admission.apply(
+            gpu_job, transcript="deadlock", title="the webhook is down: a DaemonSet's GPU Pod"
+        )
+        assert f'failed calling webhook "{VALIDATING_WEBHOOK}"' in refused.stderr, refused.stderr
+        assert admission.get(gpu_job) is None
     finally:
         server.start()
+
+
+# A DaemonSet's GPU Pods as the webhook decides them: a 4-node torchrun on 1 GPU is refused like
+# any training Pod's, and a plain GPU Pod is admitted and patched as a member of its DaemonSet.
+GPU_DAEMONSET_PODS = [
+    pytest.param(
+        ["torchrun", "--nnodes=4", "--nproc-per-node=8", "train.py"],
+        "torchrun-consistency",
+        id="four-node-torchrun-refused",
+    ),
+    pytest.param(["python", "serve.py"], None, id="gpu-pod-patched-as-a-member"),
+]
+
+
+@pytest.mark.parametrize(("command", "denied_by"), GPU_DAEMONSET_PODS)
+def test_a_daemonsets_gpu_pods_are_decided(
+    admission: Admission, namespace: str, command: list[str], denied_by: str | None
+) -> None:
+    manifest = gpu_daemonset_pod(f"tg-ds-gpu-{command[0]}", namespace, command)
+    result = admission.apply(
+        manifest, transcript="deadlock", title=f"a DaemonSet's GPU Pod: {' '.join(command)}"
+    )
+    cli = admission.check_manifest(manifest, namespace)
+    assert cli.get("skipped") in (None, ""), cli
+    if denied_by is not None:
+        assert result.returncode != 0
+        assert f'admission webhook "{VALIDATING_WEBHOOK}" denied the request' in result.stderr, result.stderr
+        assert f"{denied_by}:" in result.stderr
+        assert admission.get(manifest) is None
+        assert cli["allowed"] is False and denied_by in [v["policy"] for v in cli["violations"]]
+    else:
+        assert result.returncode == 0, result.stderr
+        stored = admission.get(manifest)
+        assert stored is not None
+        # mutate-class-label stamps every member Pod it decides.
+        assert stored["metadata"]["labels"]["trainguard.dev/class"] == "A"
+        assert cli["allowed"] is True
 
 
 def test_the_cli_leaves_node_level_pods_alone_too(admission: Admission, namespace: str) -> None:

@@ -17,7 +17,7 @@ SHIPPED = {
     "topology-slo", "recovery-policy", "queue-immutable", "mutate-queue", "mutate-priority",
     "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env", "trainjob-runtime",
     "mutate-resume-gate", "mutate-resume-priority", "resume-settings", "checkpoint-interval-advice",
-    "launch-limits", "launch-consistency",
+    "launch-limits", "launch-consistency", "role-claim", "tier-claim",
 }  # fmt: skip
 WARN = {
     "recovery-policy", "trainjob-runtime", "launch-consistency", "launch-limits", "resume-settings",

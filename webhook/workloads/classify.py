@@ -15,6 +15,7 @@ from typing import cast
 from webhook.config import PlatformConfig
 from webhook.fields import pointer_to_path, walk
 from webhook.kinds import Role
+from webhook.workloads.claims import multi_node_launch, tier_conflicts
 from webhook.workloads.common import (
     COSCHEDULING_LABEL,
     KUEUE_PRIORITY_LABEL,
@@ -207,4 +208,6 @@ def finish(d: Draft) -> Workload:
         owner=d.owner,
         kueue_managed=d.kueue_managed,
         unknown_runtime=d.unknown_runtime,
+        multi_node_launch=multi_node_launch(groups, total_pods),
+        tier_conflicts=tier_conflicts(groups, tier, tier_source, d.priority_class, d.ctx.config),
     )

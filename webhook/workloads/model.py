@@ -204,6 +204,17 @@ class Restarts:
 
 @_fast_init
 @dataclass(frozen=True, slots=True)
+class TierConflict:
+    """A priority class the platform maps to another tier than the `trainguard.dev/tier` label says."""
+
+    group: str  # the pod template's group; "" for a class the workload sets for all its pods
+    priority_class: str
+    tier: str  # the tier the platform maps the class to
+    field: str  # dotted path of the template's priorityClassName; "" for a workload-level class
+
+
+@_fast_init
+@dataclass(frozen=True, slots=True)
 class Owner:
     """For a Pod that a controller created: the workload it belongs to."""
 
@@ -246,6 +257,11 @@ class Workload:
     # A TrainJob whose (Cluster)TrainingRuntime is not known ("ClusterTrainingRuntime/torch"):
     # it is decided on what the TrainJob states, and a policy warns about what went unchecked.
     unknown_runtime: str | None = None
+    # What the role and tier labels are checked against (webhook/workloads/claims.py): the launch
+    # fact that makes the job multi-node, in words, and the priority classes that contradict the
+    # tier label.
+    multi_node_launch: str | None = None
+    tier_conflicts: tuple[TierConflict, ...] = ()
 
     @property
     def member(self) -> bool:

@@ -11,6 +11,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 
+from webhook.accelerators import is_accelerator_name
 from webhook.errors import InputError
 from webhook.fields import pointer_to_path
 from webhook.workloads.common import (
@@ -23,18 +24,6 @@ from webhook.workloads.common import (
 from webhook.workloads.model import Container, PodGroup
 from webhook.workloads.torchrun import WorkloadBudget, parse_container
 
-ACCELERATORS: frozenset[str] = frozenset(
-    (
-        "nvidia.com/gpu",
-        "nvidia.com/gpu.shared",
-        "amd.com/gpu",
-        "google.com/tpu",
-        "aws.amazon.com/neuron",
-        "aws.amazon.com/neuroncore",
-        "habana.ai/gaudi",
-    )
-)
-_MIG = re.compile(r"^nvidia\.com/mig-\d+g\.\d+gb$")
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 _SUFFIX = {
     None: Decimal(1),
@@ -60,9 +49,7 @@ _ACCELERATOR_CACHE: dict[str, bool] = {}
 def is_accelerator(resource: str) -> bool:
     known = _ACCELERATOR_CACHE.get(resource)
     if known is None:
-        known = resource in ACCELERATORS or (
-            resource.startswith("nvidia.com/mig-") and _MIG.match(resource) is not None
-        )
+        known = is_accelerator_name(resource)
         if len(_ACCELERATOR_CACHE) < 4096:  # resource names are few; never grow without bound
             _ACCELERATOR_CACHE[resource] = known
     return known

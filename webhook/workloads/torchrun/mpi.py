@@ -20,6 +20,15 @@ _NP = frozenset({"-np", "-n", "--np", "--n", "-c"})
 
 
 def mpirun_np(command: Sequence[str], args: Sequence[str], env: Mapping[str, str | None]) -> int | None:
+    launch = mpi_launch(command, args, env)
+    return None if launch is None else _np(launch[1])
+
+
+def mpi_launch(
+    command: Sequence[str], args: Sequence[str], env: Mapping[str, str | None]
+) -> tuple[str, tuple[str, ...]] | None:
+    """The container's MPI launcher (mpirun, mpiexec, orterun) and its arguments; None when it
+    launches none we can see."""
     words = (*command, *args)
     if not any(w for w in words if "mpi" in w or "orterun" in w):
         return None  # the common case: one substring test per word
@@ -33,7 +42,7 @@ def mpirun_np(command: Sequence[str], args: Sequence[str], env: Mapping[str, str
         return None
     if found is None or found.argv is None:
         return None
-    return _np(found.argv)
+    return found.launcher, tuple(found.argv)
 
 
 def _find(argv: list[str], env: Environ, depth: int, meter: Meter) -> Found | None:
