@@ -1616,6 +1616,35 @@ CASES += [
         },
         id="trainjob-runtime-patches-target-pools",
     ),
+    pytest.param(
+        "{apiVersion: v1, kind: Pod, metadata: {name: p, labels: {kueue.x-k8s.io/pod-group-name: g}},"
+        " spec: {containers: [{name: t, image: x}]}}",
+        {
+            "gang.mechanisms": (),
+            "gang.group_name": "g",
+            "gang.group_count_errors": (
+                {
+                    "group": "g",
+                    "groupField": "metadata.labels['kueue.x-k8s.io/pod-group-name']",
+                    "countField": "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
+                    "count": "",
+                },
+            ),
+        },
+        id="kueue-pod-group-without-its-count-is-a-fact-not-an-input-error",
+    ),
+    pytest.param(
+        "{apiVersion: v1, kind: Pod, metadata: {name: x, labels: {kueue.x-k8s.io/pod-group-name: g},"
+        " annotations: {kueue.x-k8s.io/pod-group-total-count: two}}, spec: {}}",
+        {"gang.mechanisms": (), "gang.group_count_errors[0].count": "two", "total_pods": 1},
+        id="pod-group-total-count-not-an-integer-is-a-fact",
+    ),
+    pytest.param(
+        "{apiVersion: v1, kind: Pod, metadata: {name: x, labels: {kueue.x-k8s.io/pod-group-name: g},"
+        " annotations: {kueue.x-k8s.io/pod-group-total-count: ' 3 '}}, spec: {}}",
+        {"gang.mechanisms": ("kueue-pod-group",), "gang.group_count_errors": (), "total_pods": 3},
+        id="pod-group-total-count-read",
+    ),
 ]
 
 
@@ -1710,13 +1739,6 @@ def test_not_a_workload(obj: dict[str, Any]) -> None:
             id="job-min-parallelism-not-an-integer",
         ),
         pytest.param(
-            "{apiVersion: v1, kind: Pod, metadata: {name: x, labels: {kueue.x-k8s.io/pod-group-name: g},"
-            " annotations: {kueue.x-k8s.io/pod-group-total-count: two}}, spec: {}}",
-            "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
-            "integer",
-            id="pod-group-total-count-not-an-integer",
-        ),
-        pytest.param(
             "{apiVersion: trainer.kubeflow.org/v1alpha1, kind: TrainJob, metadata: {name: x},"
             " spec: {runtimeRef: {name: torch-gang}, trainer: {numNodes: -2}}}",
             "spec.trainer.numNodes",
@@ -1751,13 +1773,6 @@ def test_not_a_workload(obj: dict[str, Any]) -> None:
             "spec.tasks",
             "list",
             id="volcano-tasks-not-a-list",
-        ),
-        pytest.param(
-            "{apiVersion: v1, kind: Pod, metadata: {name: p, labels: {kueue.x-k8s.io/pod-group-name: g}},"
-            " spec: {containers: [{name: t, image: x}]}}",
-            "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
-            "is 'g' but annotation kueue.x-k8s.io/pod-group-total-count is missing: Kueue refuses",
-            id="kueue-pod-group-without-its-count",
         ),
         pytest.param(
             "{apiVersion: trainer.kubeflow.org/v1alpha1, kind: TrainJob, metadata: {name: t},"

@@ -192,7 +192,13 @@ def finish(d: Draft) -> Workload:
         total_pods=total_pods,
         total_gpus=total_gpus,
         gang=Gang(
-            tuple(d.mechanisms), d.min_available, d.min_field, d.queue_name, d.group_name, tuple(d.gaps)
+            tuple(d.mechanisms),
+            d.min_available,
+            d.min_field,
+            d.queue_name,
+            d.group_name,
+            tuple(d.gaps),
+            tuple(d.group_count_errors),
         ),
         elastic=elastic,
         checkpoint=parse_checkpoint(d.annotations),

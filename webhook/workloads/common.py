@@ -223,6 +223,7 @@ class Draft:
     group_name: str | None = None  # a bare pod's group
     patch_pool_targets: list[dict[str, str]] = field(default_factory=list)  # from TrainJob runtimePatches
     gaps: list[dict[str, str]] = field(default_factory=list)
+    group_count_errors: list[dict[str, str]] = field(default_factory=list)  # a bare pod's Kueue group
     unknown_runtime: str | None = None
     # The work left for reading this workload's launch lines (every container draws on it).
     launch_budget: WorkloadBudget = field(default_factory=WorkloadBudget)
@@ -274,14 +275,19 @@ def parse_checkpoint(annotations: dict[str, str]) -> Checkpoint:
 
 
 def _read_checkpoint(interval: str | None, uri: str | None, owner: str | None) -> Checkpoint:
-    scheme = None
+    scheme = authority = path = None
     if uri and "://" in uri:
-        scheme = uri.split("://", 1)[0].lower() or None
+        head, rest = uri.split("://", 1)
+        scheme = head.lower() or None
+        authority, slash, tail = rest.partition("/")
+        path = slash + tail
     return Checkpoint(
         interval=interval,
         interval_seconds=parse_duration(interval) if interval else None,
         uri=uri,
         uri_scheme=scheme,
+        uri_authority=authority,
+        uri_path=path,
         owner=owner,
         declared=True,
     )

@@ -152,6 +152,9 @@ class Gang:
     # Pod templates that escape a gang the others join: [{"group", "field", "problem"}], where
     # "problem" says, after the field, what takes the template's pods out of the gang.
     gaps: tuple[dict[str, str], ...] = ()
+    # A Kueue pod group that Kueue refuses: its name without a usable pod-group-total-count.
+    # [{"group", "groupField", "countField", "count"}], "count" as written ("" when missing).
+    group_count_errors: tuple[dict[str, str], ...] = ()
 
 
 @_fast_init
@@ -175,6 +178,10 @@ class Checkpoint:
     interval_seconds: int | None = None  # None when absent or not a valid duration
     uri: str | None = None
     uri_scheme: str | None = None
+    # What stands between "://" and the next "/": a bucket or claim name, or "" for file:///path.
+    # None when the URI has no "://".
+    uri_authority: str | None = None
+    uri_path: str | None = None  # the rest, from the "/" after the authority ("" when none)
     owner: str | None = None
     declared: bool = False  # any of the three annotations present
 
