@@ -416,7 +416,7 @@ CASES = [
             "pool_targets": (
                 {
                     "pool": "inference",
-                    "field": "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector",
+                    "field": "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector[trainguard.dev/pool]",
                     "via": "nodeSelector",
                 },
                 {
@@ -582,7 +582,7 @@ CASES = [
             "pool_targets": (
                 {
                     "pool": "inference",
-                    "field": "spec.template.spec.replicatedJobs[1].template.spec.template.spec.nodeSelector",
+                    "field": "spec.template.spec.replicatedJobs[1].template.spec.template.spec.nodeSelector[trainguard.dev/pool]",
                     "via": "nodeSelector",
                     "object": "ClusterTrainingRuntime/torch-gang",
                 },
@@ -1119,7 +1119,13 @@ CASES = [
             "total_pods": 4,
             "total_gpus": 32,
             "gang.mechanisms": (),
-            "pool_targets": ({"pool": "training", "field": "spec.nodeSelector", "via": "nodeSelector"},),
+            "pool_targets": (
+                {
+                    "pool": "training",
+                    "field": "spec.nodeSelector[trainguard.dev/pool]",
+                    "via": "nodeSelector",
+                },
+            ),
         },
         id="pod-bare-torchrun-nnodes-4-stands-for-a-gang-class-b",
     ),
@@ -1603,7 +1609,7 @@ CASES += [
                 {
                     "pool": "training",
                     "field": "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
-                    ".template.spec.template.spec.nodeSelector",
+                    ".template.spec.template.spec.nodeSelector[trainguard.dev/pool]",
                     "via": "nodeSelector",
                 },
                 {

@@ -384,7 +384,8 @@ def pool_hits(
     hits: list[tuple[str, str, str]] = []
     value = node_selector.get(label_key)
     if value is not None:
-        hits.append((value, "spec.nodeSelector", "nodeSelector"))
+        # The key itself, not the whole selector: reports point at the line that is wrong.
+        hits.append((value, f"spec.nodeSelector[{label_key}]", "nodeSelector"))
     for t, term in enumerate(terms):
         for e, expr in enumerate(term):
             if expr.get("key") == label_key and expr.get("operator") == "In":
