@@ -866,6 +866,111 @@ CASES = [
         {"klass": "A", "total_pods": 0, "groups": ()},
         id="rayjob-on-an-existing-cluster-has-no-pods",
     ),
+    pytest.param(
+        """
+        apiVersion: ray.io/v1
+        kind: RayJob
+        metadata: {name: rj}
+        spec:
+          rayClusterSpec:
+            headGroupSpec:
+              template:
+                metadata: {labels: {scheduling.x-k8s.io/pod-group: rj}}
+                spec: {containers: [{name: head, image: ray}]}
+            workerGroupSpecs:
+              - groupName: gpu
+                replicas: 2
+                template:
+                  metadata: {labels: {scheduling.x-k8s.io/pod-group: rj}}
+                  spec:
+                    containers: [{name: w, image: ray, resources: {limits: {nvidia.com/gpu: 4}}}]
+          submitterPodTemplate:
+            spec:
+              restartPolicy: Never
+              containers: [{name: submit, image: ray, resources: {limits: {nvidia.com/gpu: 1}}}]
+        """,
+        {
+            "klass": "B",
+            "total_pods": 3,
+            "total_gpus": 9,
+            "groups[2].name": "submitter",
+            "groups[2].replicas": 1,
+            "groups[2].template_pointer": "/spec/submitterPodTemplate",
+            "gang.mechanisms": ("coscheduling",),
+            "gang.gaps": (),
+        },
+        id="rayjob-submitter-is-a-template-outside-the-cluster-count-and-gang",
+    ),
+    pytest.param(
+        """
+        apiVersion: ray.io/v1
+        kind: RayJob
+        metadata: {name: rj}
+        spec:
+          submissionMode: HTTPMode
+          rayClusterSpec:
+            headGroupSpec:
+              template: {spec: {containers: [{name: head, image: ray}]}}
+          submitterPodTemplate:
+            spec:
+              nodeSelector: {trainguard.dev/pool: inference}
+              containers: [{name: submit, image: ray, resources: {limits: {nvidia.com/gpu: 1}}}]
+        """,
+        {"klass": "A", "total_pods": 1, "total_gpus": 0, "pool_targets": ()},
+        id="rayjob-submitter-template-unused-in-http-mode",
+    ),
+    pytest.param(
+        """
+        apiVersion: ray.io/v1
+        kind: RayJob
+        metadata: {name: rj}
+        spec:
+          clusterSelector: {ray.io/cluster: shared}
+          submitterPodTemplate:
+            spec: {containers: [{name: submit, image: ray}]}
+        """,
+        {"klass": "A", "total_pods": 0, "groups[0].name": "submitter"},
+        id="rayjob-on-an-existing-cluster-still-has-its-submitter",
+    ),
+    pytest.param(
+        """
+        apiVersion: ray.io/v1
+        kind: RayService
+        metadata: {name: serve}
+        spec:
+          serveConfigV2: "applications: []"
+          rayClusterConfig:
+            enableInTreeAutoscaling: true
+            headGroupSpec:
+              template: {spec: {containers: [{name: head, image: ray}]}}
+            workerGroupSpecs:
+              - groupName: gpu
+                replicas: 2
+                minReplicas: 1
+                maxReplicas: 4
+                template:
+                  spec:
+                    nodeSelector: {trainguard.dev/pool: training}
+                    containers: [{name: w, image: ray, resources: {limits: {nvidia.com/gpu: 1}}}]
+        """,
+        {
+            "role": "inference",
+            "total_pods": 3,
+            "total_gpus": 2,
+            "suspend_path": None,
+            "groups[1].template_pointer": "/spec/rayClusterConfig/workerGroupSpecs/0/template",
+            "elastic": ElasticRange(2, 5, "spec.rayClusterConfig.workerGroupSpecs[0].minReplicas", fixed=1),
+            "pool_targets": (
+                {
+                    "pool": "training",
+                    "field": "spec.rayClusterConfig.workerGroupSpecs[0].template.spec.nodeSelector"
+                    "[trainguard.dev/pool]",
+                    "via": "nodeSelector",
+                },
+            ),
+        },
+        id="rayservice-is-an-inference-ray-cluster",
+    ),
     # ---------------------------------------------------------------- LeaderWorkerSet
     pytest.param(
         """

@@ -224,6 +224,8 @@ class Draft:
     patch_pool_targets: list[dict[str, str]] = field(default_factory=list)  # from TrainJob runtimePatches
     gaps: list[dict[str, str]] = field(default_factory=list)
     group_count_errors: list[dict[str, str]] = field(default_factory=list)  # a bare pod's Kueue group
+    # Groups whose pods no gang of the workload includes (a RayJob's submitter), by index.
+    outside_gang: set[int] = field(default_factory=set)
     unknown_runtime: str | None = None
     # The work left for reading this workload's launch lines (every container draws on it).
     launch_budget: WorkloadBudget = field(default_factory=WorkloadBudget)
