@@ -204,6 +204,32 @@ def test_a_malformed_file_does_not_hide_the_other_decisions(
     assert "2 documents, 2 workloads: 1 admitted, 1 denied" in out and "2 errors" in out
 
 
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_syntax_error_in_the_second_document_leaves_the_others_decided(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, jobs: str
+) -> None:
+    denied = (COUNTER / "pytorchjob-no-gang.yaml").read_text()
+    broken = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [broken\ndata: {a: b}\n"
+    admitted = (EXAMPLES / "pytorchjob-kueue-b.yaml").read_text()
+    path = tmp_path / "three.yaml"
+    path.write_text(f"{denied}---\n{broken}---\n{admitted}")
+    # The parser gives up on the line after the unclosed "[" (the document's last).
+    broken_line = denied.count("\n") + 1 + broken.count("\n")
+
+    code, out, err = run(capsys, "check", str(path), "-o", "json", "-j", jobs)
+    assert code == 2
+    doc = json.loads(out)
+    assert [(Path(r["source"]).name, r["allowed"]) for r in doc["results"]] == [
+        ("three.yaml#1", False),
+        ("three.yaml#3", True),
+    ]
+    assert [(Path(e["source"]).name, e["document"], e["line"]) for e in doc["errors"]] == [
+        ("three.yaml", 2, broken_line)
+    ]
+    assert doc["errors"][0]["message"].startswith("malformed YAML")
+    assert f"three.yaml, document 2, line {broken_line}: malformed YAML" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("where", ["empty-file", "empty-stdin", "empty-directory"])
 def test_input_without_documents_exits_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str

@@ -136,7 +136,8 @@ def _line_of(doc: Document, field: str | None) -> int:
         return doc.line
     try:
         text = Path(doc.path).read_text("utf-8")
-        tracked = load_yaml_documents(text, doc.path, track_lines=True)
+        # Other documents of the file may be unreadable: they must not hide this one's lines.
+        tracked = load_yaml_documents(text, doc.path, track_lines=True, errors=[])
     except (OSError, InputError):
         return doc.line
     for candidate in tracked:
