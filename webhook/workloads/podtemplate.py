@@ -8,9 +8,11 @@ affinity topology keys, and a Workload-Aware Scheduling pod group.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 
+from webhook.config import PlatformConfig
 from webhook.errors import InputError
 from webhook.fields import pointer_to_path
 from webhook.workloads.common import (
@@ -23,18 +25,6 @@ from webhook.workloads.common import (
 from webhook.workloads.model import Container, PodGroup
 from webhook.workloads.torchrun import WorkloadBudget, parse_container
 
-ACCELERATORS: frozenset[str] = frozenset(
-    (
-        "nvidia.com/gpu",
-        "nvidia.com/gpu.shared",
-        "amd.com/gpu",
-        "google.com/tpu",
-        "aws.amazon.com/neuron",
-        "aws.amazon.com/neuroncore",
-        "habana.ai/gaudi",
-    )
-)
-_MIG = re.compile(r"^nvidia\.com/mig-\d+g\.\d+gb$")
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 _SUFFIX = {
     None: Decimal(1),
@@ -54,18 +44,42 @@ _SUFFIX = {
 }
 
 
-_ACCELERATOR_CACHE: dict[str, bool] = {}
+AcceleratorTest = Callable[[str], bool]
 
 
-def is_accelerator(resource: str) -> bool:
-    known = _ACCELERATOR_CACHE.get(resource)
-    if known is None:
-        known = resource in ACCELERATORS or (
-            resource.startswith("nvidia.com/mig-") and _MIG.match(resource) is not None
-        )
-        if len(_ACCELERATOR_CACHE) < 4096:  # resource names are few; never grow without bound
-            _ACCELERATOR_CACHE[resource] = known
-    return known
+def accelerator_test(names: Iterable[str]) -> AcceleratorTest:
+    """Whether a resource counts as a GPU under `names`: whole names, or prefixes ending in "*"."""
+    names = tuple(names)
+    exact = frozenset(n for n in names if not n.endswith("*"))
+    prefixes = tuple(n[:-1] for n in names if n.endswith("*"))
+    memo: dict[str, bool] = {}
+
+    def test(resource: str) -> bool:
+        known = memo.get(resource)
+        if known is None:
+            known = resource in exact or (bool(prefixes) and resource.startswith(prefixes))
+            if len(memo) < 4096:  # resource names are few; never grow without bound
+                memo[resource] = known
+        return known
+
+    return test
+
+
+# A PlatformConfig holds a dict, so it is not hashable: its test is kept by the object's id, beside
+# the object itself (no other object can take that id while the entry holds it).
+_TESTS: dict[int, tuple[PlatformConfig, AcceleratorTest]] = {}
+
+
+def accelerators_of(config: PlatformConfig) -> AcceleratorTest:
+    """The accelerator test of the config's `accelerators` list, made once per config."""
+    known = _TESTS.get(id(config))
+    if known is not None and known[0] is config:
+        return known[1]
+    if len(_TESTS) >= 16:  # configs are reloaded rarely; old ones are dropped
+        _TESTS.clear()
+    test = accelerator_test(config.accelerators)
+    _TESTS[id(config)] = (config, test)
+    return test
 
 
 def read_template(
@@ -121,18 +135,19 @@ def read_template(
         base = f"{pointer}/spec/containers/" if patchable else None
         out = []
         memo = d.ctx.containers
+        gpu = accelerators_of(d.ctx.config)
         for i, c in enumerate(raw):
             at = f"{base}{i}" if base else ""
             if memo is None:
-                container = _container(c, at, source, where, i, trainer, d.launch_budget)
+                container = _container(c, at, source, where, i, trainer, d.launch_budget, gpu)
             else:
-                container = remembered_container(memo, c, at, source, where, i, trainer, d.launch_budget)
+                container = remembered_container(memo, c, at, source, where, i, trainer, d.launch_budget, gpu)
             gpus += container.gpus
             out.append(container)
         containers = tuple(out)
     init = get("initContainers")
     if init:
-        gpus = _with_init_containers(gpus, init, source, where)
+        gpus = _with_init_containers(gpus, init, source, where, accelerators_of(d.ctx.config))
 
     affinity = get("affinity")
     terms: tuple[tuple[dict[str, Any], ...], ...] = ()
@@ -215,6 +230,7 @@ def remembered_container(
     index: int,
     trainer: dict[str, Any] | None,
     budget: WorkloadBudget,
+    gpu: AcceleratorTest,
 ) -> Container:
     """_container(), or the Container it returned for this very object earlier in the review.
 
@@ -232,7 +248,7 @@ def remembered_container(
         container: Container = known[2]
         return container
     before = budget.remaining
-    container = _container(c, pointer, source, where, index, trainer, budget)
+    container = _container(c, pointer, source, where, index, trainer, budget, gpu)
     memo[key] = (c, trainer, container, before - budget.remaining)
     return container
 
@@ -245,6 +261,7 @@ def _container(
     index: int,
     trainer: dict[str, Any] | None,
     budget: WorkloadBudget,
+    gpu: AcceleratorTest,
 ) -> Container:
     # The container in its source object; made only for an env or resources to read (the
     # error messages name it), not for every container.
@@ -277,7 +294,7 @@ def _container(
         if trainer.get("resourcesPerNode") is not None:
             resources = trainer["resourcesPerNode"]
             res_source, res_loc = None, "/spec/trainer/resourcesPerNode"
-    accelerators = _accelerators(resources, res_source, res_loc) if resources else {}
+    accelerators = _accelerators(resources, res_source, res_loc, gpu) if resources else {}
     gpus = 0
     for v in accelerators.values():
         gpus += v
@@ -328,12 +345,11 @@ def _env(value: Any, source: str | None, where: str) -> dict[str, str | None]:
     return out
 
 
-def _accelerators(resources: Any, source: str | None, where: str) -> dict[str, int]:
+def _accelerators(resources: Any, source: str | None, where: str, gpu: AcceleratorTest) -> dict[str, int]:
     """Accelerator counts from a `resources` object at `where`: limits, else requests."""
     if type(resources) is not dict:
         _not_a(resources, "a mapping", source, where)
     out: dict[str, int] = {}
-    cache = _ACCELERATOR_CACHE
     for part in ("limits", "requests"):
         values = resources.get(part)
         if not values:
@@ -341,10 +357,7 @@ def _accelerators(resources: Any, source: str | None, where: str) -> dict[str, i
         if type(values) is not dict:
             _not_a(values, "a mapping", source, f"{where}/{part}")
         for key, value in values.items():
-            accelerator = cache.get(key)
-            if accelerator is None:
-                accelerator = is_accelerator(key)
-            if accelerator and key not in out:
+            if gpu(key) and key not in out:
                 out[key] = (
                     value
                     if type(value) is int and value >= 0
@@ -377,7 +390,7 @@ def _devices(value: Any, key: str, source: str | None, where: str) -> int:
     )
 
 
-def _with_init_containers(gpus: int, init: Any, source: str | None, where: str) -> int:
+def _with_init_containers(gpus: int, init: Any, source: str | None, where: str, gpu: AcceleratorTest) -> int:
     """Effective devices per pod: sidecars add to the app containers, plain init containers run alone."""
     if type(init) is not list:
         _not_a(init, "a list", source, where + "/spec/initContainers")
@@ -386,7 +399,8 @@ def _with_init_containers(gpus: int, init: Any, source: str | None, where: str) 
     for i, c in enumerate(init):
         if type(c) is not dict or not c.get("resources"):
             continue
-        n = sum(_accelerators(c["resources"], source, f"{where}/spec/initContainers/{i}/resources").values())
+        resources = c["resources"]
+        n = sum(_accelerators(resources, source, f"{where}/spec/initContainers/{i}/resources", gpu).values())
         if c.get("restartPolicy") == "Always":
             sidecars += n
         else:
