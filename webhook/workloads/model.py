@@ -66,7 +66,9 @@ Tier = Literal["guaranteed", "preemptible"]
 class TorchrunSpec:
     """What a torchrun launch line (and its PET_* environment) says about the job's shape."""
 
-    launcher: str  # "torchrun" | "torch.distributed.run" | "torch.distributed.launch" | "env"
+    # "torchrun" | "torch.distributed.run" | "torch.distributed.launch" | "env", or "accelerate" /
+    # "deepspeed" (their node and per-node process counts, read by torchrun.launchers)
+    launcher: str
     nnodes: str | None = None  # raw value, "4" or "2:8"
     nnodes_min: int | None = None
     nnodes_max: int | None = None
