@@ -17,11 +17,11 @@ SHIPPED = {
     "topology-slo", "recovery-policy", "queue-immutable", "mutate-queue", "mutate-priority",
     "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env", "trainjob-runtime",
     "mutate-resume-gate", "mutate-resume-priority", "resume-settings", "checkpoint-interval-advice",
-    "launch-limits", "launch-consistency",
+    "launch-limits", "launch-consistency", "pod-group-count", "accelerate-deepspeed-consistency",
 }  # fmt: skip
 WARN = {
     "recovery-policy", "trainjob-runtime", "launch-consistency", "launch-limits", "resume-settings",
-    "checkpoint-interval-advice",
+    "checkpoint-interval-advice", "accelerate-deepspeed-consistency",
 }  # fmt: skip
 
 
