@@ -267,6 +267,65 @@ def test_unreadable_object_is_denied_naming_the_field(client: TestClient) -> Non
     assert "trainguard_engine_errors_total{" not in client.get("/metrics").text
 
 
+_GROUP_WITHOUT_COUNT = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "p-0", "namespace": "ml", "labels": {"kueue.x-k8s.io/pod-group-name": "run"}},
+    "spec": {"containers": [{"name": "t", "image": "x"}]},
+}
+_RELATIVE_FILE_URI = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {
+        "name": "j",
+        "namespace": "ml",
+        "labels": {"trainguard.dev/tier": "preemptible"},
+        "annotations": {
+            "trainguard.dev/checkpoint-interval": "30m",
+            "trainguard.dev/checkpoint-uri": "file://checkpoints/run-7",
+            "trainguard.dev/checkpoint-owner": "ml",
+        },
+    },
+    "spec": {
+        "template": {
+            "spec": {
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 120,
+                "containers": [{"name": "t", "image": "x"}],
+            }
+        }
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("obj", "words"),
+    [
+        pytest.param(
+            _GROUP_WITHOUT_COUNT,
+            "pod-group-count: metadata.labels['kueue.x-k8s.io/pod-group-name'] is \"run\" but annotation "
+            "kueue.x-k8s.io/pod-group-total-count is missing",
+            id="kueue-pod-group-without-its-count",
+        ),
+        pytest.param(
+            _RELATIVE_FILE_URI,
+            "checkpoint-required: metadata.annotations[trainguard.dev/checkpoint-uri] is "
+            '"file://checkpoints/run-7": a file:// URI must be an absolute path',
+            id="relative-file-checkpoint-uri",
+        ),
+    ],
+)
+def test_readable_but_wrong_is_a_422_denial_not_a_failed_call(
+    client: TestClient, obj: dict[str, Any], words: str
+) -> None:
+    response = post(client, "/validate", admission_review(obj))
+    assert response.status_code == 200
+    out = response.json()["response"]
+    assert out["allowed"] is False
+    assert (out["status"]["code"], out["status"]["reason"]) == (422, "Invalid")
+    assert words in out["status"]["message"]
+
+
 # -- probes and metrics -----------------------------------------------------------------------------
 
 

@@ -42,6 +42,10 @@ def test_embedded_defaults_match_the_design() -> None:
         "inference",
     )
     assert config.raw["pools"]["assignTraining"] is False
+    # NVIDIA (whole GPUs and MIG slices), AMD and Intel Gaudi count as GPUs by default.
+    assert {"nvidia.com/gpu", "nvidia.com/mig-*", "amd.com/gpu", "habana.ai/gaudi"} <= set(
+        config.accelerators
+    )
 
 
 def test_file_overrides_only_the_fields_it_names(tmp_path: Path) -> None:
@@ -74,6 +78,25 @@ def test_file_overrides_only_the_fields_it_names(tmp_path: Path) -> None:
         pytest.param("a: 1\na: 2\n", "duplicate key 'a'", id="duplicate-key"),
         pytest.param(
             "restarts:\n  max: many\n", "field restarts.max must be an integer", id="restarts-not-int"
+        ),
+        pytest.param(
+            "accelerators: nvidia.com/gpu\n", "accelerators must be a list", id="accelerators-not-a-list"
+        ),
+        pytest.param(
+            "accelerators: [nvidia.com/gpu, 8]\n",
+            "field accelerators.1 must be a string (got 8)",
+            id="accelerator-not-a-name",
+        ),
+        pytest.param(
+            "accelerators: ['*']\n", "accelerators[0] must be a resource name", id="accelerator-only-a-star"
+        ),
+        pytest.param(
+            "accelerators: [gpu]\n",
+            "accelerators[0] is 'gpu': write a domain-prefixed",
+            id="accelerator-no-domain",
+        ),
+        pytest.param(
+            "accelerators: ['nvidia.com/*gpu']\n", "a prefix ending in *", id="accelerator-star-inside"
         ),
     ],
 )

@@ -325,3 +325,91 @@ def test_a_value_its_tag_cannot_build_is_an_input_error(tail: str, words: str) -
     with pytest.raises(InputError) as info:
         load_yaml_documents("apiVersion: v1\nkind: Pod\nmetadata: {name: t}\n" + tail, "f.yaml")
     assert str(info.value) == f"f.yaml, document 1, {words}"
+
+
+def _configmap(name: str) -> str:
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "names", "errors"),
+    [
+        pytest.param(
+            _configmap("one") + "---\n" + "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [x\n"
+            "data: {a: b}\n---\n" + _configmap("three"),
+            ["one", "three"],
+            [(2, 8, "malformed YAML")],
+            id="unterminated-flow-then-the-next-document",
+        ),
+        pytest.param(
+            _configmap("one")
+            + "---\napiVersion: v1\nkind: ConfigMap\n\tbad: tab\n---\n"
+            + _configmap("three"),
+            ["one", "three"],
+            [(2, 7, "malformed YAML")],
+            id="tab-indentation-then-the-next-document",
+        ),
+        pytest.param(
+            _configmap("one")
+            + "---\nkind: ConfigMap\nmetadata: {name: 'unterminated\n"
+            + "---\n"
+            + _configmap("x"),
+            ["one", "x"],
+            [(2, 7, "found unexpected document indicator")],
+            id="unterminated-quote-ends-at-the-next-document-marker",
+        ),
+        pytest.param(
+            _configmap("one") + "---\nkind: ConfigMap\nmetadata: {name: 'unterminated\nmore: text\n",
+            ["one"],
+            [(2, 8, "found unexpected end of stream")],
+            id="an-error-in-the-last-document-leaves-nothing-to-resume",
+        ),
+        pytest.param(
+            _configmap("one")
+            + "---\nmetadata: [\n---\n"
+            + _configmap("three")
+            + "---\nmetadata: {\n---\n"
+            + _configmap("five")
+            + "---\napiVersion: v1\napiVersion: v2\nkind: ConfigMap\n---\n"
+            + _configmap("seven"),
+            ["one", "three", "five", "seven"],
+            [
+                (2, 6, "malformed YAML"),
+                (4, 12, "malformed YAML"),
+                (6, 18, "duplicate key 'apiVersion' (first at line 17)"),
+            ],
+            id="several-errors-each-reported-every-other-document-read",
+        ),
+        pytest.param(
+            _configmap("one")
+            + "---\napiVersion: v1\nkind: ConfigMap\nx: !!int abc\n---\n"
+            + _configmap("three"),
+            ["one", "three"],
+            [(2, 7, "'abc' is not a valid !!int")],
+            id="a-value-its-tag-cannot-build-stops-only-its-document",
+        ),
+    ],
+)
+def test_a_document_that_cannot_be_read_stops_only_itself(
+    tmp_path: Path, text: str, names: list[str], errors: list[tuple[int, int | None, str]]
+) -> None:
+    path = tmp_path / "multi.yaml"
+    path.write_text(text)
+    found = collect_manifests([str(path)])
+    assert [d.data["metadata"]["name"] for d in found.documents] == names
+    got = [(e.document, e.line, e.message) for e in found.errors]
+    assert [(document, line) for document, line, _ in got] == [(d, ln) for d, ln, _ in errors]
+    for (_, _, message), (_, _, words) in zip(got, errors, strict=True):
+        assert words in message
+
+
+def test_documents_after_a_resync_keep_their_lines(tmp_path: Path) -> None:
+    text = (
+        _configmap("one")
+        + "---\nmetadata: [\n---\n"
+        + "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: three\n"
+    )
+    found: list[InputError] = []
+    docs = load_yaml_documents(text, "m.yaml", track_lines=True, errors=found)
+    assert [(d.index, d.line, d.line_of("/metadata/name")) for d in docs] == [(1, 1, 3), (3, 7, 10)]
+    assert [(e.document, e.line) for e in found] == [(2, 6)]

@@ -704,6 +704,44 @@ def test_the_engine_skips_exactly_the_node_level_pods(obj: Obj, old: Obj | None,
         assert decision.allowed and decision.patch == []
 
 
+NPU = {"resources": {"limits": {"example.com/npu-v2": "1"}}}
+ACCELERATOR_CONFIG_CASES = [
+    # The PlatformConfig's accelerators draw the line on both sides: a DaemonSet's Pod that asks for
+    # an accelerator the platform added is decided, one the platform dropped is an agent again.
+    pytest.param("", owned_by(pod(container(**NPU)), "DaemonSet"), True, id="unknown-resource-default"),
+    pytest.param(
+        "accelerators: [nvidia.com/gpu, example.com/npu-*]\n",
+        owned_by(pod(container(**NPU)), "DaemonSet"),
+        False,
+        id="added-prefix",
+    ),
+    pytest.param(
+        "accelerators: [nvidia.com/gpu]\n",
+        owned_by(pod(container(**MIG)), "DaemonSet"),
+        True,
+        id="mig-dropped",
+    ),
+    pytest.param(
+        "accelerators: [nvidia.com/gpu]\n",
+        owned_by(pod(container(**GPU)), "DaemonSet"),
+        False,
+        id="gpu-kept",
+    ),
+]
+
+
+@pytest.mark.parametrize(("config_text", "obj", "node_level"), ACCELERATOR_CONFIG_CASES)
+def test_the_configured_accelerators_decide_node_level_pods_alike(
+    config_text: str, obj: Obj, node_level: bool
+) -> None:
+    platform = _config_from_text(config_text) if config_text else load_config()
+    objects = webhookconfig.render(platform=platform)
+    for hook in (validating(objects), mutating(objects)):
+        assert evaluate(only(hook, "not-node-level"), obj) is not node_level
+    decision = engine(config_text).review(AdmissionInput(object=obj, operation="CREATE", namespace="default"))
+    assert (decision.skipped_reason or "").startswith("node-level Pod: ") is node_level
+
+
 @pytest.mark.parametrize(
     "obj",
     [

@@ -56,6 +56,11 @@ class PlatformConfig:
         return str(self.raw["pools"]["inference"])
 
     @property
+    def accelerators(self) -> tuple[str, ...]:
+        """Extended resource names (or prefixes ending in "*") that count as GPUs."""
+        return tuple(self.raw["accelerators"])
+
+    @property
     def excluded_namespaces(self) -> tuple[str, ...]:
         return tuple(self.raw.get("excludedNamespaces") or ())
 
@@ -183,7 +188,25 @@ def _validate(raw: dict[str, Any], source: str) -> None:
             f"(got {cp['minInterval']!r}, {cp['maxInterval']!r})"
         )
     cp["minIntervalSeconds"], cp["maxIntervalSeconds"] = lo, hi
+    _validate_accelerators(raw["accelerators"], source)
     _validate_recovery(raw, source)
+
+
+def _validate_accelerators(value: Any, source: str) -> None:
+    """A list of extended resource names, each whole or a prefix ending in a single "*"."""
+    if not isinstance(value, list):
+        raise ConfigError(f"{source}: accelerators must be a list of resource names (got {value!r})")
+    for i, name in enumerate(value):
+        where = f"accelerators[{i}]"
+        if not isinstance(name, str) or not name.strip("*"):
+            raise ConfigError(
+                f"{source}: {where} must be a resource name such as nvidia.com/gpu (got {name!r})"
+            )
+        if "*" in name[:-1] or "/" not in name:
+            raise ConfigError(
+                f"{source}: {where} is {name!r}: write a domain-prefixed resource name (amd.com/gpu), "
+                "or a prefix ending in * (nvidia.com/mig-*)"
+            )
 
 
 # Per-tier recovery fields: name -> (default, kind). Durations also get a `<name>Seconds` twin so

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import re
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -92,6 +93,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
     """SafeLoader that refuses duplicate keys and can record field lines."""
 
     track_lines = False
+    line_offset = 0  # lines of the file before the text this loader reads
     # The implicit tag of a plain scalar depends on its text alone (no path resolvers are
     # registered, asserted below), and manifests repeat the same keys and values many times.
     _resolved: dict[str, str] = {}
@@ -136,7 +138,7 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
                 first = seen.get(key)
             except TypeError:
                 continue  # unhashable key: the base constructor reports it
-            line = key_node.start_mark.line + 1
+            line = key_node.start_mark.line + 1 + self.line_offset
             if first is not None:
                 raise DuplicateKeyError(
                     f"duplicate key {key!r} (first at line {first}); YAML would silently keep "
@@ -331,12 +333,78 @@ def _document_at(text: str, line: int) -> int:
     return count
 
 
-def load_yaml_documents(text: str, path: str, *, track_lines: bool = False) -> list[Document]:
-    """All documents of one YAML (or JSON) text; empty documents are skipped."""
+# A line that starts a document ("---" alone or before content): where a parser that lost its
+# place can start again. libyaml cannot resume after a syntax error, so the text after it is parsed
+# afresh from such a line.
+_DOCUMENT_START = re.compile(r"^---(?=[ \t\r\n]|$)", re.MULTILINE)
+MAX_RESYNCS = 100  # per file: each one parses the rest of the text again
+
+
+class _SyntaxError(InputError):
+    """A YAML syntax error: the parser stopped at character `mark_index` of the text it read."""
+
+    mark_index: int | None = None
+
+
+def load_yaml_documents(
+    text: str, path: str, *, track_lines: bool = False, errors: list[InputError] | None = None
+) -> list[Document]:
+    """All documents of one YAML (or JSON) text; empty documents are skipped.
+
+    Without `errors`, the first document that cannot be read raises. With it, that document's
+    error is added there and reading goes on: with the next document when the document was parsed
+    but cannot be built (a duplicate key, an alias bomb, a value its tag cannot build), and from
+    the next line that starts a document (`---`) when the parser lost its place, as far as there is one.
+    """
     _check_entries(text, path)
-    loader = _Loader(text)
     docs: list[Document] = []
-    index = 0
+    first, offset, resyncs = 1, 0, 0  # index of the chunk's first document, its line in the file
+    while True:
+        try:
+            _load_documents(text, path, track_lines, docs, errors, first, offset)
+            return docs
+        except InputError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+            lost_at = exc.mark_index if isinstance(exc, _SyntaxError) else None
+            resume = _resume_at(text, lost_at) if resyncs < MAX_RESYNCS else None
+            if resume is None or exc.document is None:
+                return docs
+            resyncs += 1
+            offset += text.count("\n", 0, resume)
+            first = exc.document + 1
+            text = text[resume:]
+
+
+def _resume_at(text: str, index: int | None) -> int | None:
+    """Where the document after the one holding character `index` starts, if anywhere."""
+    if index is None:
+        return None
+    line_start = text.rfind("\n", 0, index) + 1
+    found = _DOCUMENT_START.search(text, line_start)
+    if found is not None and found.start() == 0:  # the chunk's own start: no progress
+        found = _DOCUMENT_START.search(text, 1)
+    return found.start() if found is not None else None
+
+
+def _load_documents(
+    text: str,
+    path: str,
+    track_lines: bool,
+    docs: list[Document],
+    errors: list[InputError] | None,
+    first: int,
+    offset: int,
+) -> None:
+    """Append the documents of `text` (its first is document `first`, its first line `offset` + 1).
+
+    Per-document errors go to `errors` when given; an error that stops the parser is raised (a
+    _SyntaxError says where in `text` it stopped).
+    """
+    loader = _Loader(text)
+    loader.line_offset = offset
+    index = first - 1
     has_aliases = "*" in text  # an alias is written `*name`: without one, nothing can expand
     try:
         while loader.check_node():
@@ -344,42 +412,34 @@ def load_yaml_documents(text: str, path: str, *, track_lines: bool = False) -> l
             index += 1
             if node is None:
                 continue
-            start = node.start_mark.line + 1
-            if has_aliases:
-                try:
-                    _check_aliases(node)
-                except InputError as exc:
-                    raise InputError(exc.message, source=path, document=index, line=exc.line) from None
+            start = node.start_mark.line + 1 + offset
             try:
-                data = _construct(loader, node, has_aliases)
-            except DuplicateKeyError as exc:
-                where = _path_at_line(node, (exc.line or 0) - 1)
-                raise DuplicateKeyError(
-                    exc.message, source=path, document=index, line=exc.line, field=where or exc.field
-                ) from None
-            except _VALUE_ERRORS:  # what PyYAML's constructors raise on a value they cannot read
-                line, problem = _unreadable_value(loader, node) or (start, "a value cannot be read")
-                message = f"malformed YAML: {problem}"
-                raise InputError(message, source=path, document=index, line=line) from None
+                data = _build_document(loader, node, has_aliases, path, index, start, offset)
+                if data is not None:  # a structural refusal stops only its own document too
+                    _check_document(data, path, index, start)
+            except InputError as exc:
+                if errors is None:
+                    raise
+                errors.append(exc)
+                continue
             if data is None:
                 continue
-            if _is_list(data):  # each item is an object of its own, bounded as one
-                for i, item in enumerate(data["items"]):
-                    check_structure(item, source=path, document=index, line=start, prefix=f"items[{i}].")
-            else:
-                check_structure(data, source=path, document=index, line=start)
             doc = Document(data, f"{path}#{index}", path, index, start)
             if track_lines:
                 _record_lines(node, "", doc.lines)
+                if offset:
+                    doc.lines = {k: v + offset for k, v in doc.lines.items()}
             docs.append(doc)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise InputError(
+        error = _SyntaxError(
             f"malformed YAML: {exc.problem or exc.context}",
             source=path,
-            document=_document_at(text, mark.line) if mark else index + 1,
-            line=mark.line + 1 if mark else None,
-        ) from None
+            document=first - 1 + _document_at(text, mark.line) if mark else index + 1,
+            line=mark.line + 1 + offset if mark else None,
+        )
+        error.mark_index = mark.index if mark else None
+        raise error from None
     except yaml.YAMLError as exc:
         raise InputError(f"malformed YAML: {exc}", source=path, document=index + 1) from None
     except RecursionError:
@@ -390,7 +450,37 @@ def load_yaml_documents(text: str, path: str, *, track_lines: bool = False) -> l
         raise InputError("too large to decode in memory", source=path, document=index or 1) from None
     finally:
         loader.dispose()
-    return docs
+
+
+def _check_document(data: Any, path: str, index: int, start: int) -> None:
+    if _is_list(data):  # each item is an object of its own, bounded as one
+        for i, item in enumerate(data["items"]):
+            check_structure(item, source=path, document=index, line=start, prefix=f"items[{i}].")
+    else:
+        check_structure(data, source=path, document=index, line=start)
+
+
+def _build_document(
+    loader: _Loader, node: yaml.Node, has_aliases: bool, path: str, index: int, start: int, offset: int
+) -> Any:
+    """The value of one composed document, or the InputError that says why it cannot be built."""
+    if has_aliases:
+        try:
+            _check_aliases(node)
+        except InputError as exc:
+            line = exc.line + offset if exc.line is not None else None
+            raise InputError(exc.message, source=path, document=index, line=line) from None
+    try:
+        return _construct(loader, node, has_aliases)
+    except DuplicateKeyError as exc:  # its lines count from the start of the file already
+        where = _path_at_line(node, (exc.line or 0) - 1 - offset)
+        raise DuplicateKeyError(
+            exc.message, source=path, document=index, line=exc.line, field=where or exc.field
+        ) from None
+    except _VALUE_ERRORS:  # what PyYAML's constructors raise on a value they cannot read
+        found = _unreadable_value(loader, node)
+        line, problem = (found[0] + offset, found[1]) if found else (start, "a value cannot be read")
+        raise InputError(f"malformed YAML: {problem}", source=path, document=index, line=line) from None
 
 
 def _check_entries(text: str, path: str) -> None:
@@ -717,8 +807,9 @@ class Manifests:
 def collect_manifests(paths: list[str], *, stdin: Any = None, track_lines: bool = False) -> Manifests:
     """Read every file and document it can; an unreadable one is an error, not the end of the run.
 
-    A malformed file stops only itself (its documents cannot be told apart once the parser is lost);
-    a document that is not a Kubernetes object stops only that document. A named file, stdin or a
+    A document that cannot be read stops only itself: the documents before it are decided, and
+    those after it as far as the parser finds the next `---` once it has lost its place; a
+    document that is not a Kubernetes object stops only that document. A named file, stdin or a
     directory that holds no document at all is an error ("no documents"); inside a directory that
     holds documents, an empty file is skipped, as `kubectl apply -f DIR` skips it.
     """
@@ -764,10 +855,11 @@ def no_documents(arg: str, files: list[str]) -> InputError:
 def collect_file(path: str, out: Manifests, *, stdin: Any = None, track_lines: bool = False) -> None:
     """The object documents of one file ("-": `stdin`) added to `out`, and its errors."""
     label = "<stdin>" if path == "-" else path
+    unreadable: list[InputError] = []
     try:
         text = read_stream(stdin) if path == "-" else read_text(path)
         # JSON goes through the YAML loader too: JSON parsers also keep the last duplicate key.
-        loaded = load_yaml_documents(text, label, track_lines=track_lines)
+        loaded = load_yaml_documents(text, label, track_lines=track_lines, errors=unreadable)
     except InputError as exc:
         out.errors.append(exc)
         return
@@ -776,9 +868,11 @@ def collect_file(path: str, out: Manifests, *, stdin: Any = None, track_lines: b
             try:
                 check_object(item)
             except InputError as exc:
-                out.errors.append(exc)
+                unreadable.append(exc)
                 continue
             out.documents.append(item)
+    # In the file's order, whichever step found them.
+    out.errors.extend(sorted(unreadable, key=lambda e: e.document or 0))
 
 
 def read_manifests(paths: list[str], *, stdin: Any = None, track_lines: bool = False) -> list[Document]:

@@ -43,6 +43,8 @@ KINDS: tuple[KindInfo, ...] = (
     KindInfo("jobset.x-k8s.io", ("v1alpha2",), "JobSet", "jobsets", "training", "/spec/suspend"),
     KindInfo("ray.io", ("v1",), "RayJob", "rayjobs", "training", "/spec/suspend"),
     KindInfo("ray.io", ("v1",), "RayCluster", "rayclusters", "training", "/spec/suspend"),
+    # Serving: its Ray cluster runs Ray Serve replicas. Kueue does not suspend it.
+    KindInfo("ray.io", ("v1",), "RayService", "rayservices", "inference", None),
     KindInfo("leaderworkerset.x-k8s.io", ("v1",), "LeaderWorkerSet", "leaderworkersets", "inference", None),
     KindInfo("batch", ("v1",), "Job", "jobs", "training", "/spec/suspend"),
     KindInfo("apps", ("v1",), "Deployment", "deployments", "inference", None),

@@ -10,9 +10,9 @@ A node-level Pod has an agent's shape and asks for no accelerator. The shapes:
 - owned (as controller) by a DaemonSet;
 - of priority class `system-node-critical` or `system-cluster-critical`;
 - tolerating every taint (a toleration with `operator: Exists` and no key).
-Asking for an accelerator is requesting (or limiting) one of `webhook.accelerators` in any
-container or init container, or any DRA claim. A Pod of one of these shapes that asks for GPUs is
-decided like any other: a DaemonSet is a tenant's object like any workload, and a training job
+Asking for an accelerator is requesting (or limiting) one of the PlatformConfig's `accelerators`
+in any container or init container, or any DRA claim. A Pod of one of these shapes that asks for
+GPUs is decided like any other: a DaemonSet is a tenant's object like any workload, and a training job
 must not slip past the webhook by borrowing an agent's shape. Agents (device plugins, feature
 discovery, DCGM exporters) see the GPUs through the device plugin API, not by requesting them.
 """
@@ -22,13 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.accelerators import is_accelerator_name
+from webhook.accelerators import AcceleratorTest
 
 CRITICAL_PRIORITY_CLASSES = ("system-node-critical", "system-cluster-critical")
 
 
-def node_level_reason(pod: Mapping[str, Any]) -> str | None:
-    """Why `pod` (a v1 Pod as a dict) is node-level; None when it is not."""
+def node_level_reason(pod: Mapping[str, Any], accelerators: AcceleratorTest) -> str | None:
+    """Why `pod` (a v1 Pod as a dict) is node-level; None when it is not. `accelerators` is the
+    PlatformConfig's test (`webhook.accelerators.accelerators_of`)."""
     reason = None
     meta = pod.get("metadata")
     owners = meta.get("ownerReferences") if isinstance(meta, Mapping) else None
@@ -55,12 +56,12 @@ def node_level_reason(pod: Mapping[str, Any]) -> str | None:
                     reason = "node-level Pod: tolerates every taint"
                     break
     # Every Pod admitted passes here: its containers are read only when the shape is an agent's.
-    if reason is None or asks_for_accelerators(spec):
+    if reason is None or asks_for_accelerators(spec, accelerators):
         return None
     return reason
 
 
-def asks_for_accelerators(spec: Mapping[str, Any]) -> bool:
+def asks_for_accelerators(spec: Mapping[str, Any], accelerators: AcceleratorTest) -> bool:
     """Any accelerator requested or limited by a container or init container, or a DRA claim."""
     # Presence, as the matchCondition's has() sees it.
     if "resourceClaims" in spec:
@@ -79,7 +80,7 @@ def asks_for_accelerators(spec: Mapping[str, Any]) -> bool:
         for part in ("requests", "limits"):
             amounts = resources.get(part)
             if isinstance(amounts, Mapping) and any(
-                isinstance(name, str) and is_accelerator_name(name) for name in amounts
+                isinstance(name, str) and accelerators(name) for name in amounts
             ):
                 return True
     return False

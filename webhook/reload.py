@@ -28,9 +28,10 @@ from webhook import certs, tls
 from webhook.app import ServerState
 from webhook.config import PlatformConfig, load_config
 from webhook.engine import (
-    Engine,
+    ClusterFacts,
     PolicyException,
     PolicySet,
+    build_engine,
     load_exceptions,
     load_policy_set,
     policy_files,
@@ -234,16 +235,13 @@ class Reloader:
 
     def _rebuild(self) -> None:
         assert self.policies is not None and self.config is not None
-        self.state.install(
-            Engine(
-                self.policies,
-                self.config,
-                priority_classes=self.priority_classes,
-                runtimes=self.runtimes,
-                exceptions=(*self.file_exceptions, *self.cluster_exceptions),
-                cluster={"evictions": self.evictions},
-            )
+        facts = ClusterFacts(
+            priority_classes=self.priority_classes,
+            runtimes=self.runtimes,
+            exceptions=(*self.file_exceptions, *self.cluster_exceptions),
+            evictions=self.evictions,
         )
+        self.state.install(build_engine(self.policies, self.config, facts))
 
     def _installed_policies(self, seconds: float) -> None:
         assert self.policies is not None

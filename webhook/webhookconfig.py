@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 
 from webhook import certs, kinds
-from webhook.accelerators import ACCELERATORS, MIG_PATTERN
+from webhook.accelerators import split_names
 from webhook.config import PlatformConfig, load_config
 from webhook.errors import TrainguardError
 from webhook.nodelevel import CRITICAL_PRIORITY_CLASSES
@@ -200,7 +200,7 @@ def match_conditions(
     conditions = [
         {"name": "not-trainguard-itself", "expression": f"request.userInfo.username != {_q(username)}"},
         # Always there, whatever else is skipped: without it the webhook could block its own recovery.
-        {"name": "not-node-level", "expression": _not_node_level()},
+        {"name": "not-node-level", "expression": _not_node_level(platform)},
     ]
     if plain_cpu_resources:
         conditions.append(
@@ -241,7 +241,7 @@ def _not_plain_cpu(platform: PlatformConfig, resources: Sequence[tuple[str, str]
     return "!(\n" + _indent(f"({kind}) &&\n{plain}", 2) + "\n)"
 
 
-def _not_node_level() -> str:
+def _not_node_level(platform: PlatformConfig) -> str:
     """CEL twin of `nodelevel.node_level_reason`: false for a node-level Pod (on UPDATE, old and new)."""
     owned = (
         "(has(o.metadata) && has(o.metadata.ownerReferences) && o.metadata.ownerReferences.exists(r,\n"
@@ -260,19 +260,22 @@ def _not_node_level() -> str:
         "  request.resource.group == '' && request.resource.resource == 'pods' &&\n"
         "  (request.operation == 'UPDATE' ? [object, oldObject] : [object]).all(o,\n"
         "    [has(o.spec) ? o.spec : {}].all(s,\n"
-        + _indent(shape + " &&\n" + _no_accelerators(), 6)
+        + _indent(shape + " &&\n" + _no_accelerators(platform), 6)
         + "))\n)"
     )
 
 
-def _no_accelerators() -> str:
+def _no_accelerators(platform: PlatformConfig) -> str:
+    exact, prefixes = split_names(platform.accelerators)
+    accelerator = " ||\n      ".join(
+        [f"n in {_list(sorted(exact))}", *(f"n.startsWith({_q(p)})" for p in sorted(prefixes))]
+    )
     return (
         "((has(s.containers) && type(s.containers) == list ? s.containers : []) +\n"
         " (has(s.initContainers) ? s.initContainers : [])).all(c,\n"
         "  [has(c.resources) && has(c.resources.requests) ? c.resources.requests : {},\n"
         "   has(c.resources) && has(c.resources.limits) ? c.resources.limits : {}]\n"
-        f"    .all(r, !r.exists(n, n in {_list(sorted(ACCELERATORS))} ||\n"
-        f"      n.matches({_q(MIG_PATTERN)}))) &&\n"
+        f"    .all(r, !r.exists(n, {accelerator})) &&\n"
         "  !(has(c.resources) && has(c.resources.claims))) &&\n"
         "!has(s.resourceClaims)"
     )

@@ -204,6 +204,86 @@ def test_a_malformed_file_does_not_hide_the_other_decisions(
     assert "2 documents, 2 workloads: 1 admitted, 1 denied" in out and "2 errors" in out
 
 
+_READABLE_BUT_WRONG = [
+    pytest.param(
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, labels: {kueue.x-k8s.io/pod-group-name: run}}\n"
+        "spec: {containers: [{name: t, image: x, command: [torchrun, --nnodes=2, train.py]}]}\n",
+        "pod-group-count",
+        "kueue.x-k8s.io/pod-group-total-count is missing",
+        id="kueue-pod-group-without-its-count",
+    ),
+    pytest.param(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: j\n  labels: {trainguard.dev/tier: preemptible}\n"
+        "  annotations: {trainguard.dev/checkpoint-interval: 30m, trainguard.dev/checkpoint-owner: ml,\n"
+        "    trainguard.dev/checkpoint-uri: 'pvc:///checkpoints/run-7'}\n"
+        "spec: {template: {spec: {restartPolicy: Never, terminationGracePeriodSeconds: 120,\n"
+        "  containers: [{name: t, image: x}]}}}\n",
+        "checkpoint-required",
+        "a pvc:// URI names the PersistentVolumeClaim before the path",
+        id="pvc-uri-without-a-claim",
+    ),
+    pytest.param(
+        "apiVersion: ray.io/v1\nkind: RayService\nmetadata: {name: serve}\nspec:\n  rayClusterConfig:\n"
+        "    headGroupSpec: {template: {spec: {containers: [{name: h, image: r}]}}}\n"
+        "    workerGroupSpecs:\n    - groupName: gpu\n      replicas: 1\n      template:\n        spec:\n"
+        "          nodeSelector: {trainguard.dev/pool: training}\n"
+        "          containers: [{name: w, image: r, resources: {limits: {nvidia.com/gpu: 1}}}]\n",
+        "pool-separation",
+        "inference RayService targets the training pool",
+        id="rayservice-gpu-workers-on-the-training-pool",
+    ),
+    pytest.param(
+        "apiVersion: ray.io/v1\nkind: RayJob\nmetadata: {name: rj}\nspec:\n  entrypoint: python t.py\n"
+        "  rayClusterSpec: {headGroupSpec: {template: {spec: {containers: [{name: h, image: r}]}}}}\n"
+        "  submitterPodTemplate:\n    spec:\n      restartPolicy: Never\n"
+        "      nodeSelector: {trainguard.dev/pool: inference}\n      containers: [{name: s, image: r}]\n",
+        "pool-separation",
+        "spec.submitterPodTemplate.spec.nodeSelector[trainguard.dev/pool]",
+        id="rayjob-submitter-on-the-inference-pool",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "policy", "words"), _READABLE_BUT_WRONG)
+def test_a_readable_but_wrong_workload_is_denied_with_exit_1(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, policy: str, words: str
+) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text(text)
+    code, out, err = run(capsys, "check", str(path), "-o", "json")
+    assert code == 1, out + err
+    doc = json.loads(out)
+    assert doc["errors"] == []
+    (result,) = doc["results"]
+    assert any(v["policy"] == policy and words in v["message"] for v in result["violations"]), result
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_syntax_error_in_the_second_document_leaves_the_others_decided(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, jobs: str
+) -> None:
+    denied = (COUNTER / "pytorchjob-no-gang.yaml").read_text()
+    broken = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [broken\ndata: {a: b}\n"
+    admitted = (EXAMPLES / "pytorchjob-kueue-b.yaml").read_text()
+    path = tmp_path / "three.yaml"
+    path.write_text(f"{denied}---\n{broken}---\n{admitted}")
+    # The parser gives up on the line after the unclosed "[" (the document's last).
+    broken_line = denied.count("\n") + 1 + broken.count("\n")
+
+    code, out, err = run(capsys, "check", str(path), "-o", "json", "-j", jobs)
+    assert code == 2
+    doc = json.loads(out)
+    assert [(Path(r["source"]).name, r["allowed"]) for r in doc["results"]] == [
+        ("three.yaml#1", False),
+        ("three.yaml#3", True),
+    ]
+    assert [(Path(e["source"]).name, e["document"], e["line"]) for e in doc["errors"]] == [
+        ("three.yaml", 2, broken_line)
+    ]
+    assert doc["errors"][0]["message"].startswith("malformed YAML")
+    assert f"three.yaml, document 2, line {broken_line}: malformed YAML" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("where", ["empty-file", "empty-stdin", "empty-directory"])
 def test_input_without_documents_exits_2(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, where: str

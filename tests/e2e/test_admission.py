@@ -50,6 +50,7 @@ from .webhook_server import (
 )
 
 DENIED = f'admission webhook "{VALIDATING_WEBHOOK}" denied the request: '
+INVALID = "The request is invalid: "  # what kubectl prints for a 422 denial
 POLICY_NAMES = frozenset(
     yaml.safe_load(path.read_text(encoding="utf-8"))["metadata"]["name"]
     for path in sorted((REPO_ROOT / "policies").glob("*.yaml"))
@@ -186,6 +187,8 @@ class Refusal:
     manifest: dict[str, Any]
     policy: str
     mentions: tuple[str, ...]  # what the message must name: the fields to set
+    # How kubectl introduces the denial, which follows its reason: 403 Forbidden, 422 Invalid.
+    kubectl_says: str = "Error from server (Forbidden)"
 
     def __str__(self) -> str:
         return self.id
@@ -218,11 +221,35 @@ REFUSALS = [
             'annotation kueue.x-k8s.io/pod-group-total-count: "4"',
         ),
     ),
+    # Readable but wrong: a denial (422 Invalid) naming the fix, not a failed webhook call.
     Refusal(
-        "trainguard:kueue-pod-group-without-its-count",
-        torchrun_pod("tg-group-no-count-0", OTHER_NS, labels={"kueue.x-k8s.io/pod-group-name": "tg-run"}),
-        "trainguard",
-        ("annotation kueue.x-k8s.io/pod-group-total-count is missing: Kueue refuses",),
+        "pod-group-count:kueue-pod-group-without-its-count",
+        pod("tg-group-no-count-0", OTHER_NS, gpus=8, labels={"kueue.x-k8s.io/pod-group-name": "tg-run"}),
+        "pod-group-count",
+        (
+            "metadata.labels['kueue.x-k8s.io/pod-group-name'] is \"tg-run\" but annotation "
+            "kueue.x-k8s.io/pod-group-total-count is missing: Kueue refuses a pod group without its size",
+        ),
+        kubectl_says=INVALID,
+    ),
+    Refusal(
+        "checkpoint-required:relative-file-checkpoint-uri",
+        pytorchjob(
+            "tg-relative-file-uri",
+            TEAM_NS,
+            workers=2,
+            gpus=4,
+            elastic={"minReplicas": 1, "maxReplicas": 4, "maxRestarts": 3},
+            annotations={**CHECKPOINT_SPEC, "trainguard.dev/checkpoint-uri": "file://checkpoints/run-7"},
+            grace_period=120,
+        ),
+        "checkpoint-required",
+        (
+            'metadata.annotations[trainguard.dev/checkpoint-uri] is "file://checkpoints/run-7": a file:// URI '
+            "must be an absolute path",
+            "write file:///checkpoints/run-7",
+        ),
+        kubectl_says=INVALID,
     ),
     Refusal(
         "gang-required:multi-node-pytorchjob-without-queue",
@@ -267,6 +294,7 @@ def test_kubectl_apply_is_refused(admission: Admission, case: Refusal) -> None:
     assert result.returncode != 0, result.stdout
     message = denial(result.stderr)
     assert message, f"not denied by {VALIDATING_WEBHOOK}:\n{result.stderr}"
+    assert case.kubectl_says in result.stderr, result.stderr
     assert denied_by(message) == {case.policy}, message
     for mention in case.mentions:
         assert mention in message

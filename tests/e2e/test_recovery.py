@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import pytest
 import yaml
 
@@ -408,6 +409,78 @@ def test_a_workload_short_of_pods_is_released_by_the_bound(setup: Setup, ns: str
     )
     (bound,) = [e for e in events(setup, ns) if e["reason"] == "ResumeBoundReached"]
     assert bound["type"] == "Warning" and "the longest the platform allows (25s)" in bound["message"]
+
+
+def _resume_facts(pod: dict[str, Any]) -> dict[str, Any]:
+    """What the resume policies write on a pod: trainguard's labels and annotations, the gates."""
+    meta = pod["metadata"]
+    return {
+        "labels": {k: v for k, v in (meta.get("labels") or {}).items() if k.startswith("trainguard.dev/")},
+        "annotations": {
+            k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("trainguard.dev/resume")
+        },
+        "gates": pod["spec"].get("schedulingGates"),
+        "priorityClassName": pod["spec"].get("priorityClassName"),
+    }
+
+
+def test_audit_check_and_the_webhook_patch_an_evicted_workloads_pod_alike(
+    setup: Setup, ns: str, tmp_path: Path
+) -> None:
+    evicted_workload(setup, ns, "parity", 1)
+    wait_for_gating(setup, ns, "parity")
+    manifest = group_pod(ns, "parity-0", "parity", 1, tier="guaranteed")
+
+    # The webhook: both calls of a server-side dry run.
+    dry = setup.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(manifest))
+    by_webhook = json.loads(dry.stdout)
+
+    # check: the Kueue Workload as the cluster stores it, given beside the pod.
+    workload = json.loads(
+        setup.kubectl("get", "workloads.kueue.x-k8s.io", "parity", "-n", ns, "-o", "json").stdout
+    )
+    given = tmp_path / "parity.yaml"
+    given.write_text(yaml.safe_dump_all([workload, manifest]), encoding="utf-8")
+    checked = trainguard("check", str(given), "--config", str(setup.config), "-o", "json")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    (check_result,) = [r for r in json.loads(checked.stdout)["results"] if r["kind"] == "Pod"]
+    by_check = jsonpatch.apply_patch(manifest, check_result["patch"])
+
+    # audit: the same pod stored as written (no webhook registered meanwhile), then "would patch".
+    for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+        setup.kubectl("delete", kind, CONFIGURATION_NAME)
+    try:
+
+        def unmutated() -> bool:
+            probe = {
+                **manifest,
+                "metadata": {**manifest["metadata"], "name": f"probe-{uuid.uuid4().hex[:5]}"},
+            }
+            return not gated(create(setup, probe))
+
+        until(unmutated, 30, "the API server stops calling the webhooks", setup)
+        stored = create(setup, manifest)
+    finally:
+        setup.register(setup.servers[0])
+    audited = trainguard(
+        "audit",
+        "--kubeconfig",
+        str(setup.plane.kubeconfig),
+        "-n",
+        ns,
+        "--config",
+        str(setup.config),
+        "-o",
+        "json",
+    )
+    assert audited.returncode in (0, 1), audited.stdout + audited.stderr
+    (audit,) = [
+        o for o in json.loads(audited.stdout)["results"] if o["kind"] == "Pod" and o["name"] == "parity-0"
+    ]
+    by_audit = jsonpatch.apply_patch(stored, audit["wouldPatch"])
+
+    assert gated(by_webhook)
+    assert _resume_facts(by_check) == _resume_facts(by_webhook) == _resume_facts(by_audit)
 
 
 def test_the_standby_replica_takes_over(setup: Setup, ns: str) -> None:

@@ -17,11 +17,12 @@ SHIPPED = {
     "topology-slo", "recovery-policy", "queue-immutable", "mutate-queue", "mutate-priority",
     "mutate-topology", "mutate-pool", "mutate-class-label", "mutate-checkpoint-env", "trainjob-runtime",
     "mutate-resume-gate", "mutate-resume-priority", "resume-settings", "checkpoint-interval-advice",
-    "launch-limits", "launch-consistency", "role-claim", "tier-claim",
+    "launch-limits", "launch-consistency", "role-claim", "tier-claim", "pod-group-count",
+    "accelerate-deepspeed-consistency",
 }  # fmt: skip
 WARN = {
     "recovery-policy", "trainjob-runtime", "launch-consistency", "launch-limits", "resume-settings",
-    "checkpoint-interval-advice",
+    "checkpoint-interval-advice", "accelerate-deepspeed-consistency",
 }  # fmt: skip
 
 
@@ -132,3 +133,10 @@ def test_digest_changes_with_content(tmp_path: Path) -> None:
     first = load_policy_set([tmp_path]).digest
     (tmp_path / "a.yaml").write_text(_policy(VALID_SPEC.replace("> 0", ">= 0")))
     assert load_policy_set([tmp_path]).digest != first
+
+
+def test_every_shipped_policy_is_evaluated_in_one_program_on_the_cpp_runtime() -> None:
+    """A policy whose folded program does not compile (the runtime's parser caps nesting at 32)
+    falls back to one evaluation per variable and expression, several times slower per admission."""
+    policy_set = load_policy_set([default_policies_dir()], "cel-expr-python")
+    assert [cp.policy.name for cp in policy_set.policies if cp.folded is None] == []

@@ -512,16 +512,23 @@ def test_a_review_reads_again_only_the_containers_its_mutations_changed(
 def test_a_remembered_container_is_reused_only_with_the_budget_where_it_stood(
     spent_between: int, reads: int
 ) -> None:
+    from webhook.accelerators import accelerators_of
+    from webhook.config import load_config
     from webhook.workloads import podtemplate
     from webhook.workloads.torchrun import WorkloadBudget
 
+    gpu = accelerators_of(load_config())
     memo: dict[tuple[Any, ...], Any] = {}
     c = _TWO_CONTAINER_POD["spec"]["containers"][0]
     first_budget, second_budget = WorkloadBudget(), WorkloadBudget()
-    first = podtemplate.remembered_container(memo, c, "/spec/containers/0", None, "", 0, None, first_budget)
+    first = podtemplate.remembered_container(
+        memo, c, "/spec/containers/0", None, "", 0, None, first_budget, gpu
+    )
     second_budget.remaining -= spent_between
     before = second_budget.remaining
-    second = podtemplate.remembered_container(memo, c, "/spec/containers/0", None, "", 0, None, second_budget)
+    second = podtemplate.remembered_container(
+        memo, c, "/spec/containers/0", None, "", 0, None, second_budget, gpu
+    )
     assert len(memo) == reads
     assert second == first
     # A reuse charges what the first reading spent, as reading again would.

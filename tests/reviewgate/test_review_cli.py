@@ -140,7 +140,7 @@ def _line(path: Path, pattern: str, after: str | None = None) -> int:
     return next(i for i, line in enumerate(lines[start:], start + 1) if re.search(pattern, line))
 
 
-def test_missing_grace_period_points_at_the_pod_template_spec_and_pool_at_node_selector(
+def test_missing_grace_period_points_at_the_pod_template_spec_and_pool_at_the_selector_key(
     in_repo, capsys
 ) -> None:
     _, out = review(capsys, "deploy/counterexamples", "-o", "sarif")
@@ -162,7 +162,7 @@ def test_missing_grace_period_points_at_the_pod_template_spec_and_pool_at_node_s
     )
     pool = REPO / "deploy/counterexamples/training-on-inference-pool.yaml"
     assert lines("pool-separation", "deploy/counterexamples/training-on-inference-pool.yaml") == [
-        _line(pool, r"^\s+nodeSelector:")
+        _line(pool, r"^\s+trainguard.dev/pool: inference", after="nodeSelector:")
     ]
 
 
@@ -192,6 +192,62 @@ spec:
     assert result["ruleId"] == "checkpoint-required"
     assert "trainguard.dev/checkpoint-uri" in result["message"]["text"]
     assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == 7  # metadata.annotations
+
+
+_POOL_POD = """apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  namespace: team-b
+spec:
+  nodeSelector:
+    kubernetes.io/arch: amd64
+    {selector}
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms:
+          - matchExpressions:
+              - {{key: kubernetes.io/os, operator: In, values: [linux]}}
+              {affinity}
+  tolerations:
+    - {{key: nvidia.com/gpu, operator: Exists}}
+    {toleration}
+  containers: [{{name: t, image: x}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("selector", "affinity", "toleration", "wrong"),
+    [
+        pytest.param(
+            "trainguard.dev/pool: inference", "", "", "trainguard.dev/pool: inference", id="node-selector-key"
+        ),
+        pytest.param(
+            "",
+            "- {key: trainguard.dev/pool, operator: In, values: [inference]}",
+            "",
+            "- {key: trainguard.dev/pool, operator: In",
+            id="affinity-expression",
+        ),
+        pytest.param(
+            "",
+            "",
+            "- {key: trainguard.dev/pool, operator: Equal, value: inference, effect: NoSchedule}",
+            "- {key: trainguard.dev/pool, operator: Equal",
+            id="toleration",
+        ),
+    ],
+)
+def test_sarif_points_a_pool_finding_at_the_line_of_the_offending_entry(
+    tmp_path, capsys, selector: str, affinity: str, toleration: str, wrong: str
+) -> None:
+    text = _POOL_POD.format(selector=selector, affinity=affinity, toleration=toleration)
+    path = write(tmp_path, "pod.yaml", text)
+    _, out = review(capsys, str(path), "-o", "sarif")
+    (result,) = [r for r in json.loads(out)["runs"][0]["results"] if r["ruleId"] == "pool-separation"]
+    line = next(n for n, raw in enumerate(text.splitlines(), 1) if raw.strip().startswith(wrong))
+    assert result["locations"][0]["physicalLocation"]["region"]["startLine"] == line
 
 
 def test_exempted_finding_is_a_suppressed_sarif_result(in_repo, capsys) -> None:

@@ -416,7 +416,7 @@ CASES = [
             "pool_targets": (
                 {
                     "pool": "inference",
-                    "field": "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector",
+                    "field": "spec.pytorchReplicaSpecs.Worker.template.spec.nodeSelector[trainguard.dev/pool]",
                     "via": "nodeSelector",
                 },
                 {
@@ -582,7 +582,7 @@ CASES = [
             "pool_targets": (
                 {
                     "pool": "inference",
-                    "field": "spec.template.spec.replicatedJobs[1].template.spec.template.spec.nodeSelector",
+                    "field": "spec.template.spec.replicatedJobs[1].template.spec.template.spec.nodeSelector[trainguard.dev/pool]",
                     "via": "nodeSelector",
                     "object": "ClusterTrainingRuntime/torch-gang",
                 },
@@ -866,6 +866,111 @@ CASES = [
         {"klass": "A", "total_pods": 0, "groups": ()},
         id="rayjob-on-an-existing-cluster-has-no-pods",
     ),
+    pytest.param(
+        """
+        apiVersion: ray.io/v1
+        kind: RayJob
+        metadata: {name: rj}
+        spec:
+          rayClusterSpec:
+            headGroupSpec:
+              template:
+                metadata: {labels: {scheduling.x-k8s.io/pod-group: rj}}
+                spec: {containers: [{name: head, image: ray}]}
+            workerGroupSpecs:
+              - groupName: gpu
+                replicas: 2
+                template:
+                  metadata: {labels: {scheduling.x-k8s.io/pod-group: rj}}
+                  spec:
+                    containers: [{name: w, image: ray, resources: {limits: {nvidia.com/gpu: 4}}}]
+          submitterPodTemplate:
+            spec:
+              restartPolicy: Never
+              containers: [{name: submit, image: ray, resources: {limits: {nvidia.com/gpu: 1}}}]
+        """,
+        {
+            "klass": "B",
+            "total_pods": 3,
+            "total_gpus": 9,
+            "groups[2].name": "submitter",
+            "groups[2].replicas": 1,
+            "groups[2].template_pointer": "/spec/submitterPodTemplate",
+            "gang.mechanisms": ("coscheduling",),
+            "gang.gaps": (),
+        },
+        id="rayjob-submitter-is-a-template-outside-the-cluster-count-and-gang",
+    ),
+    pytest.param(
+        """
+        apiVersion: ray.io/v1
+        kind: RayJob
+        metadata: {name: rj}
+        spec:
+          submissionMode: HTTPMode
+          rayClusterSpec:
+            headGroupSpec:
+              template: {spec: {containers: [{name: head, image: ray}]}}
+          submitterPodTemplate:
+            spec:
+              nodeSelector: {trainguard.dev/pool: inference}
+              containers: [{name: submit, image: ray, resources: {limits: {nvidia.com/gpu: 1}}}]
+        """,
+        {"klass": "A", "total_pods": 1, "total_gpus": 0, "pool_targets": ()},
+        id="rayjob-submitter-template-unused-in-http-mode",
+    ),
+    pytest.param(
+        """
+        apiVersion: ray.io/v1
+        kind: RayJob
+        metadata: {name: rj}
+        spec:
+          clusterSelector: {ray.io/cluster: shared}
+          submitterPodTemplate:
+            spec: {containers: [{name: submit, image: ray}]}
+        """,
+        {"klass": "A", "total_pods": 0, "groups[0].name": "submitter"},
+        id="rayjob-on-an-existing-cluster-still-has-its-submitter",
+    ),
+    pytest.param(
+        """
+        apiVersion: ray.io/v1
+        kind: RayService
+        metadata: {name: serve}
+        spec:
+          serveConfigV2: "applications: []"
+          rayClusterConfig:
+            enableInTreeAutoscaling: true
+            headGroupSpec:
+              template: {spec: {containers: [{name: head, image: ray}]}}
+            workerGroupSpecs:
+              - groupName: gpu
+                replicas: 2
+                minReplicas: 1
+                maxReplicas: 4
+                template:
+                  spec:
+                    nodeSelector: {trainguard.dev/pool: training}
+                    containers: [{name: w, image: ray, resources: {limits: {nvidia.com/gpu: 1}}}]
+        """,
+        {
+            "role": "inference",
+            "total_pods": 3,
+            "total_gpus": 2,
+            "suspend_path": None,
+            "groups[1].template_pointer": "/spec/rayClusterConfig/workerGroupSpecs/0/template",
+            "elastic": ElasticRange(2, 5, "spec.rayClusterConfig.workerGroupSpecs[0].minReplicas", fixed=1),
+            "pool_targets": (
+                {
+                    "pool": "training",
+                    "field": "spec.rayClusterConfig.workerGroupSpecs[0].template.spec.nodeSelector"
+                    "[trainguard.dev/pool]",
+                    "via": "nodeSelector",
+                },
+            ),
+        },
+        id="rayservice-is-an-inference-ray-cluster",
+    ),
     # ---------------------------------------------------------------- LeaderWorkerSet
     pytest.param(
         """
@@ -1119,7 +1224,13 @@ CASES = [
             "total_pods": 4,
             "total_gpus": 32,
             "gang.mechanisms": (),
-            "pool_targets": ({"pool": "training", "field": "spec.nodeSelector", "via": "nodeSelector"},),
+            "pool_targets": (
+                {
+                    "pool": "training",
+                    "field": "spec.nodeSelector[trainguard.dev/pool]",
+                    "via": "nodeSelector",
+                },
+            ),
         },
         id="pod-bare-torchrun-nnodes-4-stands-for-a-gang-class-b",
     ),
@@ -1603,7 +1714,7 @@ CASES += [
                 {
                     "pool": "training",
                     "field": "spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0]"
-                    ".template.spec.template.spec.nodeSelector",
+                    ".template.spec.template.spec.nodeSelector[trainguard.dev/pool]",
                     "via": "nodeSelector",
                 },
                 {
@@ -1615,6 +1726,35 @@ CASES += [
             )
         },
         id="trainjob-runtime-patches-target-pools",
+    ),
+    pytest.param(
+        "{apiVersion: v1, kind: Pod, metadata: {name: p, labels: {kueue.x-k8s.io/pod-group-name: g}},"
+        " spec: {containers: [{name: t, image: x}]}}",
+        {
+            "gang.mechanisms": (),
+            "gang.group_name": "g",
+            "gang.group_count_errors": (
+                {
+                    "group": "g",
+                    "groupField": "metadata.labels['kueue.x-k8s.io/pod-group-name']",
+                    "countField": "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
+                    "count": "",
+                },
+            ),
+        },
+        id="kueue-pod-group-without-its-count-is-a-fact-not-an-input-error",
+    ),
+    pytest.param(
+        "{apiVersion: v1, kind: Pod, metadata: {name: x, labels: {kueue.x-k8s.io/pod-group-name: g},"
+        " annotations: {kueue.x-k8s.io/pod-group-total-count: two}}, spec: {}}",
+        {"gang.mechanisms": (), "gang.group_count_errors[0].count": "two", "total_pods": 1},
+        id="pod-group-total-count-not-an-integer-is-a-fact",
+    ),
+    pytest.param(
+        "{apiVersion: v1, kind: Pod, metadata: {name: x, labels: {kueue.x-k8s.io/pod-group-name: g},"
+        " annotations: {kueue.x-k8s.io/pod-group-total-count: ' 3 '}}, spec: {}}",
+        {"gang.mechanisms": ("kueue-pod-group",), "gang.group_count_errors": (), "total_pods": 3},
+        id="pod-group-total-count-read",
     ),
 ]
 
@@ -1710,13 +1850,6 @@ def test_not_a_workload(obj: dict[str, Any]) -> None:
             id="job-min-parallelism-not-an-integer",
         ),
         pytest.param(
-            "{apiVersion: v1, kind: Pod, metadata: {name: x, labels: {kueue.x-k8s.io/pod-group-name: g},"
-            " annotations: {kueue.x-k8s.io/pod-group-total-count: two}}, spec: {}}",
-            "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
-            "integer",
-            id="pod-group-total-count-not-an-integer",
-        ),
-        pytest.param(
             "{apiVersion: trainer.kubeflow.org/v1alpha1, kind: TrainJob, metadata: {name: x},"
             " spec: {runtimeRef: {name: torch-gang}, trainer: {numNodes: -2}}}",
             "spec.trainer.numNodes",
@@ -1751,13 +1884,6 @@ def test_not_a_workload(obj: dict[str, Any]) -> None:
             "spec.tasks",
             "list",
             id="volcano-tasks-not-a-list",
-        ),
-        pytest.param(
-            "{apiVersion: v1, kind: Pod, metadata: {name: p, labels: {kueue.x-k8s.io/pod-group-name: g}},"
-            " spec: {containers: [{name: t, image: x}]}}",
-            "metadata.annotations['kueue.x-k8s.io/pod-group-total-count']",
-            "is 'g' but annotation kueue.x-k8s.io/pod-group-total-count is missing: Kueue refuses",
-            id="kueue-pod-group-without-its-count",
         ),
         pytest.param(
             "{apiVersion: trainer.kubeflow.org/v1alpha1, kind: TrainJob, metadata: {name: t},"

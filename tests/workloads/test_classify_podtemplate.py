@@ -7,12 +7,12 @@ from typing import Any
 
 import pytest
 
+from webhook.accelerators import accelerators_of
 from webhook.config import config_from_mapping, load_config
 from webhook.errors import InputError
 from webhook.workloads import AdaptContext, build_workload
 from webhook.workloads.classify import class_of
 from webhook.workloads.model import ElasticRange, Workload
-from webhook.workloads.podtemplate import is_accelerator
 
 
 def _pod(**spec: Any) -> dict[str, Any]:
@@ -104,16 +104,32 @@ def test_a_priority_class_named_in_the_config_sets_the_tier() -> None:
 
 
 @pytest.mark.parametrize(
-    ("resource", "accelerator"),
+    ("accelerators", "resource", "accelerator"),
     [
-        pytest.param("nvidia.com/gpu", True, id="nvidia-gpu"),
-        pytest.param("nvidia.com/mig-1g.5gb", True, id="mig-slice"),
-        pytest.param("cpu", False, id="cpu"),
-        pytest.param("example.com/fpga-ish", False, id="unknown-resource"),
+        pytest.param(None, "nvidia.com/gpu", True, id="nvidia-gpu"),
+        pytest.param(None, "nvidia.com/mig-1g.5gb", True, id="mig-slice"),
+        pytest.param(None, "nvidia.com/mig-3g.40gb", True, id="larger-mig-slice"),
+        pytest.param(None, "amd.com/gpu", True, id="amd-gpu"),
+        pytest.param(None, "habana.ai/gaudi", True, id="intel-gaudi"),
+        pytest.param(None, "cpu", False, id="cpu"),
+        pytest.param(None, "example.com/fpga-ish", False, id="unknown-resource"),
+        pytest.param(["example.com/fpga-*"], "example.com/fpga-x2", True, id="configured-prefix"),
+        pytest.param(["example.com/fpga-*"], "nvidia.com/gpu", False, id="configured-list-replaces-defaults"),
+        pytest.param(["nvidia.com/gpu"], "nvidia.com/mig-1g.5gb", False, id="mig-left-out"),
     ],
 )
-def test_is_accelerator(resource: str, accelerator: bool) -> None:
-    assert is_accelerator(resource) is accelerator
+def test_which_resources_count_as_gpus(
+    accelerators: list[str] | None, resource: str, accelerator: bool
+) -> None:
+    config = (
+        load_config() if accelerators is None else config_from_mapping({"accelerators": accelerators}, "t")
+    )
+    assert accelerators_of(config)(resource) is accelerator
+    obj = _pod(containers=[{"name": "t", "image": "x", "resources": {"limits": {resource: 2}}}])
+    w = _adapt(obj, config)
+    assert (w.total_gpus, w.groups[0].containers[0].accelerators) == (
+        (2, {resource: 2}) if accelerator else (0, {})
+    )
 
 
 @pytest.mark.parametrize(

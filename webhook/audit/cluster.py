@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -40,8 +40,10 @@ from webhook.cluster import (
     object_value,
     priority_value,
 )
-from webhook.engine import PolicyException
+from webhook.context import Evictions
+from webhook.engine import ClusterFacts, PolicyException
 from webhook.kinds import KINDS, KindInfo
+from webhook.recovery.cluster_state import EVICTION_SOURCES, eviction_value
 
 LIST_TIMEOUT_SECONDS = 60
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -266,10 +268,9 @@ def _list_items(call: Callable[..., Any]) -> list[dict[str, Any]]:
         raise
 
 
-def engine_context(
-    api: client.ApiClient,
-) -> tuple[dict[str, int], dict[tuple[str | None, str], dict[str, Any]], list[PolicyException]]:
-    """PriorityClasses, TrainingRuntimes and PolicyException objects, as the webhook's caches hold them."""
+def engine_context(api: client.ApiClient, file_exceptions: Sequence[PolicyException] = ()) -> ClusterFacts:
+    """PriorityClasses, TrainingRuntimes, PolicyException objects (after `file_exceptions`) and
+    eviction records, as the webhook's caches hold them."""
     custom = client.CustomObjectsApi(api)
     priority_classes: dict[str, int] = {}
     for obj in _list_items(client.SchedulingV1Api(api).list_priority_class):
@@ -287,15 +288,26 @@ def engine_context(
             if key is not None:
                 runtimes[key] = object_value(obj)
     exceptions = [
-        e
-        for obj in _list_items(
-            lambda **kw: custom.list_cluster_custom_object(
-                EXCEPTION_GROUP, EXCEPTION_VERSION, EXCEPTION_PLURAL, **kw
+        *file_exceptions,
+        *(
+            e
+            for obj in _list_items(
+                lambda **kw: custom.list_cluster_custom_object(
+                    EXCEPTION_GROUP, EXCEPTION_VERSION, EXCEPTION_PLURAL, **kw
+                )
             )
-        )
-        if (e := exception_value(obj)) is not None
+            if (e := exception_value(obj)) is not None
+        ),
     ]
-    return priority_classes, runtimes, exceptions
+    # The records the resume gate reads (Kueue Workloads, the job kinds that count restarts), from
+    # the same sources as the webhook's eviction caches.
+    records: Evictions = {}
+    for _, group, version, plural, kind in EVICTION_SOURCES:
+        entries_of = eviction_value(f"{group}/{version}", kind)
+        call = functools.partial(custom.list_cluster_custom_object, group, version, plural)
+        for obj in _list_items(call):
+            records.update(entries_of(obj) or ())
+    return ClusterFacts(priority_classes, runtimes, tuple(exceptions), records)
 
 
 @contextlib.contextmanager

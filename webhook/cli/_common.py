@@ -14,6 +14,7 @@ from webhook.context import Evictions, context_objects, evictions
 from webhook.documents import Document, load_yaml_documents, read_manifests
 from webhook.engine import (
     AdmissionInput,
+    ClusterFacts,
     Decision,
     Engine,
     PolicyException,
@@ -22,6 +23,7 @@ from webhook.engine import (
     load_policy_set,
     unknown_policies,
 )
+from webhook.engine import build_engine as engine_from_facts
 from webhook.errors import InputError
 
 
@@ -105,14 +107,13 @@ def build_engine(
 
 
 def engine_for(policies: PolicySet, config: PlatformConfig, context: Context, exceptions: Any = ()) -> Engine:
-    return Engine(
-        policies,
-        config,
-        runtimes=context.runtimes,
+    facts = ClusterFacts(
         priority_classes=context.priority_classes,
-        exceptions=exceptions,
-        cluster={"evictions": context.evictions},
+        runtimes=context.runtimes,
+        exceptions=tuple(exceptions),
+        evictions=context.evictions,
     )
+    return engine_from_facts(policies, config, facts)
 
 
 def decide_all(engine: Engine, docs: list[Document], namespace: str) -> list[Decision]:
@@ -136,7 +137,8 @@ def _line_of(doc: Document, field: str | None) -> int:
         return doc.line
     try:
         text = Path(doc.path).read_text("utf-8")
-        tracked = load_yaml_documents(text, doc.path, track_lines=True)
+        # Other documents of the file may be unreadable: they must not hide this one's lines.
+        tracked = load_yaml_documents(text, doc.path, track_lines=True, errors=[])
     except (OSError, InputError):
         return doc.line
     for candidate in tracked:

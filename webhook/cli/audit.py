@@ -14,7 +14,7 @@ from typing import Any
 from webhook.cli import EXIT_ALLOWED, EXIT_DENIED
 from webhook.cli._common import add_policy_args, load_policy_exceptions
 from webhook.config import load_config
-from webhook.engine import Engine, default_policies_dir, load_policy_set
+from webhook.engine import Engine, build_engine, default_policies_dir, load_policy_set
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -96,17 +96,11 @@ def run(args: argparse.Namespace) -> int:
     audits: list[ObjectAudit] = []
     pairs: list[tuple[ObjectAudit | None, ObjectAudit | None]] = []
     with cluster.reading():
-        priority_classes, runtimes, cluster_exceptions = cluster.engine_context(api)
-        exceptions = [*file_exceptions, *cluster_exceptions]
+        # The cluster's facts as the webhook's caches hold them, its eviction records included.
+        facts = cluster.engine_context(api, file_exceptions)
 
         def engine(policy_set: Any) -> Engine:
-            return Engine(
-                policy_set,
-                config,
-                priority_classes=priority_classes,
-                runtimes=runtimes,
-                exceptions=exceptions,
-            )
+            return build_engine(policy_set, config, facts)
 
         current = Auditor(engine(policies))
         candidate = Auditor(engine(proposed)) if proposed is not None else None

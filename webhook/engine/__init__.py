@@ -16,6 +16,7 @@ from webhook.engine.exceptions import (
     parse_exception,
     unknown_policies,
 )
+from webhook.engine.factory import ClusterFacts, build_engine
 from webhook.engine.load import default_policies_dir, policy_files
 from webhook.engine.model import Decision, Finding, Outcome, Policy, PolicyResult
 from webhook.engine.pipeline import AdmissionInput, Engine
@@ -23,6 +24,7 @@ from webhook.workloads import Deferred
 
 __all__ = [
     "AdmissionInput",
+    "ClusterFacts",
     "CompiledPolicy",
     "Decision",
     "Deferred",
@@ -33,6 +35,7 @@ __all__ = [
     "PolicyException",
     "PolicyResult",
     "PolicySet",
+    "build_engine",
     "default_policies_dir",
     "exemption_for",
     "load_exceptions",

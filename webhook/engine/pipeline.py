@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from webhook.accelerators import AcceleratorTest, accelerators_of
 from webhook.config import PlatformConfig
 from webhook.context import Runtimes, eviction_key
 from webhook.engine import decide, evaluate, match, reads
@@ -133,7 +134,7 @@ class Engine:
             return Decision(True, mutated=obj, skipped_reason=f"operation {inp.operation} is always allowed")
         if namespace in self.config.excluded_namespaces:
             return Decision(True, mutated=obj, skipped_reason=f"namespace {namespace} is excluded")
-        if reason := _node_level(inp):
+        if reason := _node_level(inp, accelerators_of(self.config)):
             # The webhook configurations never send these Pods (matchCondition not-node-level).
             return Decision(True, mutated=obj, skipped_reason=reason)
         ctx = AdaptContext(
@@ -538,11 +539,16 @@ def _yield_if_due(inp: AdmissionInput) -> None:
         raise Deferred("the time allowed to decide here ran out")
 
 
-def _node_level(inp: AdmissionInput) -> str | None:
+def _node_level(inp: AdmissionInput, accelerators: AcceleratorTest) -> str | None:
     """Why a Pod is node-level, as the not-node-level matchCondition sees it (on UPDATE: old and new)."""
     if inp.object.get("kind") != "Pod" or inp.object.get("apiVersion") != "v1":
         return None
-    reason = node_level_reason(inp.object)
-    if reason and inp.operation == "UPDATE" and inp.old_object and node_level_reason(inp.old_object) is None:
+    reason = node_level_reason(inp.object, accelerators)
+    if (
+        reason
+        and inp.operation == "UPDATE"
+        and inp.old_object
+        and node_level_reason(inp.old_object, accelerators) is None
+    ):
         return None
     return reason

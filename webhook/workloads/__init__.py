@@ -41,6 +41,7 @@ _ADAPTERS: dict[tuple[str, str], Callable[[Draft], None]] = {
     ("jobset.x-k8s.io", "JobSet"): jobset.adapt,
     ("ray.io", "RayJob"): ray.adapt,
     ("ray.io", "RayCluster"): ray.adapt,
+    ("ray.io", "RayService"): ray.adapt,
     ("leaderworkerset.x-k8s.io", "LeaderWorkerSet"): lws.adapt,
     ("batch", "Job"): batch.adapt,
     ("apps", "Deployment"): apps.adapt,

@@ -105,12 +105,14 @@ def template_field(d: Draft, index: int, suffix: str) -> str:
 def coscheduling(d: Draft) -> None:
     """scheduler-plugins gangs pods, whatever created them: a gang only when every template joins.
 
-    Templates that stamp out no pods do not count. When some templates carry the label and others
-    do not, the others escape the gang: each is recorded as a gap naming the template and what it lacks.
+    Templates that stamp out no pods, or whose pods stay outside the workload's gang, do not
+    count. When some templates carry the label and others do not, the others escape the gang:
+    each is recorded as a gap naming the template and what it lacks.
     """
     live = labelled = 0
-    for g in d.groups:
-        if g.replicas > 0:
+    outside = d.outside_gang
+    for i, g in enumerate(d.groups):
+        if g.replicas > 0 and i not in outside:
             live += 1
             if g.labels.get(COSCHEDULING_LABEL):
                 labelled += 1
@@ -120,7 +122,7 @@ def coscheduling(d: Draft) -> None:
         d.gang("coscheduling")
         return
     for i, g in enumerate(d.groups):
-        if g.replicas > 0 and not g.labels.get(COSCHEDULING_LABEL):
+        if g.replicas > 0 and i not in outside and not g.labels.get(COSCHEDULING_LABEL):
             d.gaps.append(
                 {
                     "group": g.name,
@@ -193,7 +195,13 @@ def finish(d: Draft) -> Workload:
         total_pods=total_pods,
         total_gpus=total_gpus,
         gang=Gang(
-            tuple(d.mechanisms), d.min_available, d.min_field, d.queue_name, d.group_name, tuple(d.gaps)
+            tuple(d.mechanisms),
+            d.min_available,
+            d.min_field,
+            d.queue_name,
+            d.group_name,
+            tuple(d.gaps),
+            tuple(d.group_count_errors),
         ),
         elastic=elastic,
         checkpoint=parse_checkpoint(d.annotations),

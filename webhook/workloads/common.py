@@ -223,6 +223,9 @@ class Draft:
     group_name: str | None = None  # a bare pod's group
     patch_pool_targets: list[dict[str, str]] = field(default_factory=list)  # from TrainJob runtimePatches
     gaps: list[dict[str, str]] = field(default_factory=list)
+    group_count_errors: list[dict[str, str]] = field(default_factory=list)  # a bare pod's Kueue group
+    # Groups whose pods no gang of the workload includes (a RayJob's submitter), by index.
+    outside_gang: set[int] = field(default_factory=set)
     unknown_runtime: str | None = None
     # The work left for reading this workload's launch lines (every container draws on it).
     launch_budget: WorkloadBudget = field(default_factory=WorkloadBudget)
@@ -274,14 +277,19 @@ def parse_checkpoint(annotations: dict[str, str]) -> Checkpoint:
 
 
 def _read_checkpoint(interval: str | None, uri: str | None, owner: str | None) -> Checkpoint:
-    scheme = None
+    scheme = authority = path = None
     if uri and "://" in uri:
-        scheme = uri.split("://", 1)[0].lower() or None
+        head, rest = uri.split("://", 1)
+        scheme = head.lower() or None
+        authority, slash, tail = rest.partition("/")
+        path = slash + tail
     return Checkpoint(
         interval=interval,
         interval_seconds=parse_duration(interval) if interval else None,
         uri=uri,
         uri_scheme=scheme,
+        uri_authority=authority,
+        uri_path=path,
         owner=owner,
         declared=True,
     )
@@ -378,7 +386,8 @@ def pool_hits(
     hits: list[tuple[str, str, str]] = []
     value = node_selector.get(label_key)
     if value is not None:
-        hits.append((value, "spec.nodeSelector", "nodeSelector"))
+        # The key itself, not the whole selector: reports point at the line that is wrong.
+        hits.append((value, f"spec.nodeSelector[{label_key}]", "nodeSelector"))
     for t, term in enumerate(terms):
         for e, expr in enumerate(term):
             if expr.get("key") == label_key and expr.get("operator") == "In":

@@ -66,7 +66,9 @@ Tier = Literal["guaranteed", "preemptible"]
 class TorchrunSpec:
     """What a torchrun launch line (and its PET_* environment) says about the job's shape."""
 
-    launcher: str  # "torchrun" | "torch.distributed.run" | "torch.distributed.launch" | "env"
+    # "torchrun" | "torch.distributed.run" | "torch.distributed.launch" | "env", or "accelerate" /
+    # "deepspeed" (their node and per-node process counts, read by torchrun.launchers)
+    launcher: str
     nnodes: str | None = None  # raw value, "4" or "2:8"
     nnodes_min: int | None = None
     nnodes_max: int | None = None
@@ -152,6 +154,9 @@ class Gang:
     # Pod templates that escape a gang the others join: [{"group", "field", "problem"}], where
     # "problem" says, after the field, what takes the template's pods out of the gang.
     gaps: tuple[dict[str, str], ...] = ()
+    # A Kueue pod group that Kueue refuses: its name without a usable pod-group-total-count.
+    # [{"group", "groupField", "countField", "count"}], "count" as written ("" when missing).
+    group_count_errors: tuple[dict[str, str], ...] = ()
 
 
 @_fast_init
@@ -175,6 +180,10 @@ class Checkpoint:
     interval_seconds: int | None = None  # None when absent or not a valid duration
     uri: str | None = None
     uri_scheme: str | None = None
+    # What stands between "://" and the next "/": a bucket or claim name, or "" for file:///path.
+    # None when the URI has no "://".
+    uri_authority: str | None = None
+    uri_path: str | None = None  # the rest, from the "/" after the authority ("" when none)
     owner: str | None = None
     declared: bool = False  # any of the three annotations present
 

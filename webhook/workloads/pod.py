@@ -1,7 +1,8 @@
 """Pod (v1): a bare pod, or a member of a workload that a controller created.
 
 A bare pod may stand for a gang of N: a Kueue pod group (`pod-group-name` + annotation
-`pod-group-total-count`; a name without a count is refused, as Kueue refuses it), a coscheduling
+`pod-group-total-count`; a name without a count, or with one that is not a number, is
+recorded for the pod-group-count policy to deny, as Kueue refuses it), a coscheduling
 or Volcano PodGroup, or torchrun `--nnodes N`. A Kueue queue label alone gangs nothing: Kueue
 makes each such pod its own one-pod Workload. The group's name is the pods' shared identity. Its
 `total_pods` is the declared group size, else torchrun's node count (the maximum when elastic),
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 from typing import cast
 
-from webhook.errors import InputError
 from webhook.fields import pointer_to_path
 from webhook.workloads.common import (
     CLASS_LABEL,
@@ -145,23 +145,21 @@ def _gang(d: Draft) -> int | None:
     if kueue_group:
         raw = d.annotations.get(POD_GROUP_TOTAL)
         where = annotation_path(POD_GROUP_TOTAL)
-        if raw is not None and raw.strip():
-            if not raw.strip().isdigit():
-                raise InputError(
-                    f"{POD_GROUP_TOTAL} must be a non-negative integer, got {raw!r}", field=where
-                )
-            total = int(raw)
+        count = raw.strip() if raw is not None else ""
+        if count.isdigit():
+            total = int(count)
             d.gang("kueue-pod-group", total, where)
-        elif d.owner is None:  # a controller's pod: its workload, not the pod, says how big the gang is
+        elif count or d.owner is None:
+            # Readable but wrong (Kueue refuses such a pod): a fact the pod-group-count policy
+            # denies, not input trainguard cannot read. A controller's pod without a count is
+            # fine: its workload, not the pod, says how big the gang is.
             named = (
                 annotation_path(POD_GROUP_NAME)
                 if d.annotations.get(POD_GROUP_NAME)
                 else f"metadata.labels['{POD_GROUP_NAME}']"
             )
-            raise InputError(
-                f"{named} is {kueue_group!r} but annotation {POD_GROUP_TOTAL} is missing: Kueue "
-                "refuses a pod group without its size; add the annotation with the group's pod count",
-                field=where,
+            d.group_count_errors.append(
+                {"group": kueue_group, "groupField": named, "countField": where, "count": raw or ""}
             )
     coscheduling = d.labels.get(COSCHEDULING_LABEL)
     if coscheduling:

@@ -11,7 +11,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from typing import Any, NoReturn
 
-from webhook.accelerators import is_accelerator_name
+from webhook.accelerators import AcceleratorTest, accelerators_of
 from webhook.errors import InputError
 from webhook.fields import pointer_to_path
 from webhook.workloads.common import (
@@ -41,18 +41,6 @@ _SUFFIX = {
     "Pi": Decimal(2**50),
     "Ei": Decimal(2**60),
 }
-
-
-_ACCELERATOR_CACHE: dict[str, bool] = {}
-
-
-def is_accelerator(resource: str) -> bool:
-    known = _ACCELERATOR_CACHE.get(resource)
-    if known is None:
-        known = is_accelerator_name(resource)
-        if len(_ACCELERATOR_CACHE) < 4096:  # resource names are few; never grow without bound
-            _ACCELERATOR_CACHE[resource] = known
-    return known
 
 
 def read_template(
@@ -108,18 +96,19 @@ def read_template(
         base = f"{pointer}/spec/containers/" if patchable else None
         out = []
         memo = d.ctx.containers
+        gpu = accelerators_of(d.ctx.config)
         for i, c in enumerate(raw):
             at = f"{base}{i}" if base else ""
             if memo is None:
-                container = _container(c, at, source, where, i, trainer, d.launch_budget)
+                container = _container(c, at, source, where, i, trainer, d.launch_budget, gpu)
             else:
-                container = remembered_container(memo, c, at, source, where, i, trainer, d.launch_budget)
+                container = remembered_container(memo, c, at, source, where, i, trainer, d.launch_budget, gpu)
             gpus += container.gpus
             out.append(container)
         containers = tuple(out)
     init = get("initContainers")
     if init:
-        gpus = _with_init_containers(gpus, init, source, where)
+        gpus = _with_init_containers(gpus, init, source, where, accelerators_of(d.ctx.config))
 
     affinity = get("affinity")
     terms: tuple[tuple[dict[str, Any], ...], ...] = ()
@@ -202,6 +191,7 @@ def remembered_container(
     index: int,
     trainer: dict[str, Any] | None,
     budget: WorkloadBudget,
+    gpu: AcceleratorTest,
 ) -> Container:
     """_container(), or the Container it returned for this very object earlier in the review.
 
@@ -219,7 +209,7 @@ def remembered_container(
         container: Container = known[2]
         return container
     before = budget.remaining
-    container = _container(c, pointer, source, where, index, trainer, budget)
+    container = _container(c, pointer, source, where, index, trainer, budget, gpu)
     memo[key] = (c, trainer, container, before - budget.remaining)
     return container
 
@@ -232,6 +222,7 @@ def _container(
     index: int,
     trainer: dict[str, Any] | None,
     budget: WorkloadBudget,
+    gpu: AcceleratorTest,
 ) -> Container:
     # The container in its source object; made only for an env or resources to read (the
     # error messages name it), not for every container.
@@ -264,7 +255,7 @@ def _container(
         if trainer.get("resourcesPerNode") is not None:
             resources = trainer["resourcesPerNode"]
             res_source, res_loc = None, "/spec/trainer/resourcesPerNode"
-    accelerators = _accelerators(resources, res_source, res_loc) if resources else {}
+    accelerators = _accelerators(resources, res_source, res_loc, gpu) if resources else {}
     gpus = 0
     for v in accelerators.values():
         gpus += v
@@ -315,12 +306,11 @@ def _env(value: Any, source: str | None, where: str) -> dict[str, str | None]:
     return out
 
 
-def _accelerators(resources: Any, source: str | None, where: str) -> dict[str, int]:
+def _accelerators(resources: Any, source: str | None, where: str, gpu: AcceleratorTest) -> dict[str, int]:
     """Accelerator counts from a `resources` object at `where`: limits, else requests."""
     if type(resources) is not dict:
         _not_a(resources, "a mapping", source, where)
     out: dict[str, int] = {}
-    cache = _ACCELERATOR_CACHE
     for part in ("limits", "requests"):
         values = resources.get(part)
         if not values:
@@ -328,10 +318,7 @@ def _accelerators(resources: Any, source: str | None, where: str) -> dict[str, i
         if type(values) is not dict:
             _not_a(values, "a mapping", source, f"{where}/{part}")
         for key, value in values.items():
-            accelerator = cache.get(key)
-            if accelerator is None:
-                accelerator = is_accelerator(key)
-            if accelerator and key not in out:
+            if gpu(key) and key not in out:
                 out[key] = (
                     value
                     if type(value) is int and value >= 0
@@ -364,7 +351,7 @@ def _devices(value: Any, key: str, source: str | None, where: str) -> int:
     )
 
 
-def _with_init_containers(gpus: int, init: Any, source: str | None, where: str) -> int:
+def _with_init_containers(gpus: int, init: Any, source: str | None, where: str, gpu: AcceleratorTest) -> int:
     """Effective devices per pod: sidecars add to the app containers, plain init containers run alone."""
     if type(init) is not list:
         _not_a(init, "a list", source, where + "/spec/initContainers")
@@ -373,7 +360,8 @@ def _with_init_containers(gpus: int, init: Any, source: str | None, where: str) 
     for i, c in enumerate(init):
         if type(c) is not dict or not c.get("resources"):
             continue
-        n = sum(_accelerators(c["resources"], source, f"{where}/spec/initContainers/{i}/resources").values())
+        resources = c["resources"]
+        n = sum(_accelerators(resources, source, f"{where}/spec/initContainers/{i}/resources", gpu).values())
         if c.get("restartPolicy") == "Always":
             sidecars += n
         else:

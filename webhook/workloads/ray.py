@@ -1,12 +1,18 @@
-"""RayCluster and RayJob (ray.io/v1): a head pod plus worker groups, autoscaling, batch schedulers.
+"""RayCluster, RayJob and RayService (ray.io/v1): a head pod plus worker groups, autoscaling,
+batch schedulers.
 
 Pods = 1 head + Σ workerGroupSpecs[] desired replicas × numOfHosts, where the desired replicas
-are clamped to [minReplicas, maxReplicas] as KubeRay does. A RayJob's submitter pod is a launcher
-outside the Ray cluster (and outside a Volcano gang): it is not counted. In-tree autoscaling with
-min < max makes the cluster elastic (class C).
+are clamped to [minReplicas, maxReplicas] as KubeRay does. A RayJob's submitter pod
+(`submitterPodTemplate`, K8sJobMode) is a launcher outside the Ray cluster (and outside a Volcano
+gang): its template is one of the RayJob's pod templates (pools, accelerators, checkpoint env), but
+it is not counted in the pods that size the cluster or its gang. A RayService serves: its
+`rayClusterConfig` is read as a RayCluster's spec, under the kind's inference role. In-tree
+autoscaling with min < max makes the cluster elastic (class C).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from webhook.workloads.common import (
     Draft,
@@ -33,7 +39,8 @@ _PRIORITY_LABEL = "ray.io/priority-class-name"
 
 
 def adapt(d: Draft) -> None:
-    if d.info.kind == "RayJob":
+    kind = d.info.kind
+    if kind == "RayJob":
         cluster = d.spec.get("rayClusterSpec")
         where, pointer = "spec.rayClusterSpec", "/spec/rayClusterSpec"
         limit = optional_count(d.spec.get("backoffLimit"), "spec.backoffLimit")
@@ -42,14 +49,38 @@ def adapt(d: Draft) -> None:
             limit if limit is not None else 0,
             "spec.backoffLimit" + ("" if limit is not None else " (default)"),
         )
+    elif kind == "RayService":
+        cluster, where, pointer = (
+            d.spec.get("rayClusterConfig"),
+            "spec.rayClusterConfig",
+            "/spec/rayClusterConfig",
+        )
     else:
         cluster, where, pointer = d.spec, "spec", "/spec"
     spec = mapping(cluster, where)
     _batch_scheduler(d)
     d.elastic_declared = True
-    if not spec:  # a RayJob that runs on an existing cluster (clusterSelector)
-        return
+    if spec:  # else a RayJob that runs on an existing cluster (clusterSelector)
+        _cluster(d, spec, where, pointer)
+    if kind == "RayJob":
+        _submitter(d)
 
+
+def _submitter(d: Draft) -> None:
+    """The submitter pod's template: read, but not counted in the cluster's pods or its gang."""
+    template = d.spec.get("submitterPodTemplate")
+    mode = text(d.spec.get("submissionMode"))
+    # Only K8sJobMode (the default) runs a submitter pod; other modes submit over HTTP or from a
+    # sidecar in the head pod and never use the template.
+    if template is None or mode not in (None, "", "K8sJobMode"):
+        return
+    cluster_pods = sum(g.replicas for g in d.groups)
+    read_template(d, template, "/spec/submitterPodTemplate", "submitter", 1)
+    d.total_pods = cluster_pods
+    d.outside_gang.add(len(d.groups) - 1)
+
+
+def _cluster(d: Draft, spec: dict[str, Any], where: str, pointer: str) -> None:
     head = mapping(spec.get("headGroupSpec"), f"{where}.headGroupSpec")
     read_template(d, head.get("template"), f"{pointer}/headGroupSpec/template", "head", 1)
     lo = hi = 1

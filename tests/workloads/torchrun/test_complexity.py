@@ -77,6 +77,21 @@ GENERATORS: dict[str, Gen] = {
         + ["t.py"],
         {},
     ),
+    "accelerate-many-options": lambda rng, n: (
+        ["accelerate", "launch"],
+        _words(
+            rng,
+            [["--num_machines=2"], ["--num_processes", "16"], ["--multi_gpu"], ["--machine_rank", "$(R)"]],
+            n // 10,
+        )
+        + ["t.py"],
+        {"R": None},
+    ),
+    "sh-wrappers-then-deepspeed": lambda rng, n: (
+        ["bash", "-c", _script(rng, ["timeout 5 ", "env A=1 ", "nice "], n) + "deepspeed --num_gpus 8 t.py"],
+        [],
+        {},
+    ),
 }
 
 
@@ -95,7 +110,10 @@ def test_work_is_linear_in_the_input(name: str) -> None:
             parsed = parse_launch(command, args, env)
             size = _size(command, args)
             assert parsed.work <= WORK_PER_UNIT * size + 64, (name, seed, n, parsed.work, size)
-            assert parsed.spec is None or parsed.spec.launcher in ("torchrun", "env"), parsed.spec
+            expected = (
+                ("accelerate",) if "accelerate" in name else ("deepspeed",) if "deepspeed" in name else ()
+            )
+            assert parsed.spec is None or parsed.spec.launcher in ("torchrun", "env", *expected), parsed.spec
             if parsed.limit is not None:
                 assert parsed.spec is not None and LIMIT in parsed.spec.unresolved
 

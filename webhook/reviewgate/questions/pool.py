@@ -33,7 +33,4 @@ def _target_evidence(f: Facts, target: Mapping[str, str]) -> Evidence:
     obj = target.get("object")
     if obj:
         return f.field_evidence(f"{obj}:{target['field']}", value)
-    ptr = fields.pointer(fields.parse(target["field"]), f.obj)
-    if target["via"] == "nodeSelector":
-        ptr += "/" + fields.escape(f.config.pool_label_key)
-    return f.evidence(ptr, value)
+    return f.evidence(fields.pointer(fields.parse(target["field"]), f.obj), value)

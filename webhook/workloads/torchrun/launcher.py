@@ -2,7 +2,8 @@
 
 The launcher is `torchrun`, `python -m torch.distributed.run` or `python -m torch.distributed.launch`
 (with interpreter flags such as `-u`, `-X dev`, `-W ignore` before `-m`), or a Python interpreter
-running the torchrun console script or `run.py` by path. Wrappers are looked through (`exec`,
+running the torchrun console script or `run.py` by path; or `accelerate launch` / `deepspeed`
+(also as `python -m` modules), whose counts `launchers` reads. Wrappers are looked through (`exec`,
 `env NAME=…`, `nohup`, `time`, `timeout 5`, `nice -n 5`, …) and shells followed (`sh -c SCRIPT`).
 
 The argv is walked with one index: a wrapper moves the index past its own options, nothing is
@@ -16,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from webhook.workloads.torchrun.environ import Environ
+from webhook.workloads.torchrun.launchers import ACCELERATE, DEEPSPEED
+from webhook.workloads.torchrun.launchers import MODULES as OTHER_MODULES
 from webhook.workloads.torchrun.limits import Meter
 from webhook.workloads.torchrun.shell import NAME, ShellState, run_script
 from webhook.workloads.torchrun.unknown import UNK
@@ -39,7 +42,21 @@ def base(word: str) -> str:
 def launcher_word(word: str) -> bool:
     """Could this word start a launch (as `args[0]` when the image's entrypoint is unknown)?"""
     b = base(word)
-    return b == "torchrun" or b in SHELLS or b in _WRAPPERS or _PYTHON.fullmatch(b) is not None
+    return (
+        b == "torchrun"
+        or b in _OTHER_LAUNCHERS
+        or b in SHELLS
+        or b in _WRAPPERS
+        or _PYTHON.fullmatch(b) is not None
+    )
+
+
+# Console scripts of the other launchers: the word, and the subcommand it needs ("" for none).
+_OTHER_LAUNCHERS = {
+    "accelerate": (ACCELERATE, "launch"),
+    "accelerate-launch": (ACCELERATE, ""),
+    "deepspeed": (DEEPSPEED, ""),
+}
 
 
 def _may_launch(head: str) -> bool:
@@ -61,6 +78,14 @@ def find_launch(argv: Sequence[str], env: Environ, depth: int, meter: Meter) -> 
         b = base(head)
         if b == "torchrun":
             return Found("torchrun", tuple(argv[i + 1 :]), env.pet(meter))
+        other = _OTHER_LAUNCHERS.get(b)
+        if other is not None:
+            launcher, sub = other
+            if not sub:
+                return Found(launcher, tuple(argv[i + 1 :]), {})
+            if i + 1 < n and argv[i + 1] == sub:
+                return Found(launcher, tuple(argv[i + 2 :]), {})
+            return None  # `accelerate config`, `accelerate env`, …: no launch
         wrapper = _WRAPPERS.get(b)
         if wrapper is not None:
             i = wrapper(argv, i + 1, env, meter)
@@ -115,6 +140,8 @@ def _find_in_python(argv: Sequence[str], start: int, env: Environ, meter: Meter)
                     if ch == "m":
                         if value in MODULES:
                             return Found(value, tuple(argv[i + consumed :]), env.pet(meter))
+                        if value in OTHER_MODULES:
+                            return Found(OTHER_MODULES[value], tuple(argv[i + consumed :]), {})
                         return None
                     i += consumed - 1
                     break

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from webhook.workloads.model import TorchrunSpec
+from webhook.workloads.torchrun import launchers
 from webhook.workloads.torchrun.launcher import Found
 from webhook.workloads.torchrun.limits import Meter
 from webhook.workloads.torchrun.options import TorchExit, Values, apply_env, parse_argv
@@ -76,6 +77,8 @@ def read(
     limit: str | None = None,
 ) -> tuple[TorchrunSpec, str | None]:
     """The spec of a found launch, and why torch would reject it (None when it would not)."""
+    if found.launcher in launchers.LAUNCHERS:
+        return launchers.read(found.launcher, found.argv, meter, limit), None
     out = Values()
     error: str | None = None
     bad_field: str | None = None
