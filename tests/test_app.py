@@ -368,7 +368,7 @@ def test_metrics_count_requests_by_endpoint_operation_kind_and_decision(client: 
         f'{requests}{{decision="skipped",endpoint="mutate",kind="other",operation="CREATE"}} 1.0',
         'trainguard_admission_rejected_requests_total{endpoint="validate",reason="malformed"} 1.0',
         'trainguard_admission_duration_seconds_count{endpoint="validate"} 3.0',
-        "trainguard_policy_set_policies 23.0",
+        "trainguard_policy_set_policies 25.0",
         "trainguard_ready 1.0",
     ):
         assert line in text, line
