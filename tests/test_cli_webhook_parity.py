@@ -23,7 +23,7 @@ from starlette.exceptions import StarletteDeprecationWarning
 from tests.conftest import REPO, shared_dir
 from webhook import review
 from webhook.app import ServerState, create_app
-from webhook.cli._common import decide_all
+from webhook.cli._file_engine import decide_all
 from webhook.config import PlatformConfig, load_config
 from webhook.context import context_objects
 from webhook.documents import Document, read_manifests

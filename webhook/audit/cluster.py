@@ -21,7 +21,7 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from webhook.audit.report import MANAGED_BY, ReportApi
+from webhook.audit.report_objects import MANAGED_BY, ReportApi
 from webhook.audit.scan import NotServed, Page, controlled
 from webhook.cluster import (
     EXCEPTION_GROUP,

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 from webhook.cli import EXIT_ALLOWED, EXIT_DENIED
-from webhook.cli._common import add_policy_args, load_policy_exceptions
+from webhook.cli._file_engine import add_policy_args, load_policy_exceptions
 from webhook.config import load_config
 from webhook.engine import Engine, build_engine, default_policies_dir, load_policy_set
 

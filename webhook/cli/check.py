@@ -10,7 +10,7 @@ import orjson
 import yaml
 
 from webhook.cli import EXIT_ALLOWED, EXIT_DENIED, EXIT_ERROR
-from webhook.cli._common import (
+from webhook.cli._file_engine import (
     Context,
     add_engine_args,
     decide_document,

@@ -29,7 +29,7 @@ from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
 from webhook.nodelevel import node_level_reason
 from webhook.workloads import AdaptContext, Deferred, build_workload
-from webhook.workloads.common import POD_GROUP_NAME
+from webhook.workloads.draft import POD_GROUP_NAME
 from webhook.workloads.model import Workload, compiled_viewer
 
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from webhook.audit.decide import Auditor, ObjectAudit, ObjectRef, Row
-from webhook.audit.report import build_reports, report_bytes, shard_name
+from webhook.audit.report_objects import build_reports, report_bytes, shard_name
 from webhook.config import load_config
 from webhook.engine import Engine, default_policies_dir, load_exceptions, load_policy_set
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.audit.report import ReportApi
-from webhook.audit.reporter import Reporter
+from webhook.audit.report_loop import Reporter
+from webhook.audit.report_objects import ReportApi
 from webhook.config import load_config
 from webhook.engine import Engine, default_policies_dir, load_policy_set
 
