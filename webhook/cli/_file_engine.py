@@ -103,10 +103,12 @@ class Context:
 def build_engine(
     policies: PolicySet, config: PlatformConfig, docs: list[Document], exceptions: Any = ()
 ) -> Engine:
-    return engine_for(policies, config, Context.of(docs), exceptions)
+    """The engine for all of `docs` at once (review): the facts they hold, and `exceptions`."""
+    return engine_from_facts(policies, config, ClusterFacts.of_objects((d.data for d in docs), exceptions))
 
 
 def engine_for(policies: PolicySet, config: PlatformConfig, context: Context, exceptions: Any = ()) -> Engine:
+    """The engine for documents read in batches (check): the facts gathered so far."""
     facts = ClusterFacts(
         priority_classes=context.priority_classes,
         runtimes=context.runtimes,
