@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     pairs: list[tuple[ObjectAudit | None, ObjectAudit | None]] = []
     with cluster.reading():
         # The cluster's facts as the webhook's caches hold them, its eviction records included.
-        facts = cluster.engine_context(api, file_exceptions)
+        facts = cluster.listed_facts(api, file_exceptions)
 
         def engine(policy_set: Any) -> Engine:
             return build_engine(policy_set, config, facts)
