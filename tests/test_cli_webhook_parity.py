@@ -23,11 +23,18 @@ from starlette.exceptions import StarletteDeprecationWarning
 from tests.conftest import REPO, shared_dir
 from webhook import review
 from webhook.app import ServerState, create_app
-from webhook.cli._common import decide_all
+from webhook.cli._file_engine import decide_all
 from webhook.config import PlatformConfig, load_config
 from webhook.context import context_objects
 from webhook.documents import Document, read_manifests
-from webhook.engine import Decision, Engine, PolicySet, default_policies_dir, load_policy_set
+from webhook.engine import (
+    ClusterFacts,
+    Decision,
+    PolicySet,
+    build_engine,
+    default_policies_dir,
+    load_policy_set,
+)
 
 with warnings.catch_warnings():
     # Starlette 1.x prefers httpx2 for its TestClient and warns when it falls back to httpx, which
@@ -155,7 +162,9 @@ def test_cli_and_webhook_agree(
     runtimes, priority_classes = context_objects(d.data for d in docs)
     # The CLI finds TrainingRuntimes and PriorityClasses beside the workloads; the webhook gets the
     # same from its cluster caches.
-    engine = Engine(policies, config, runtimes=runtimes, priority_classes=priority_classes)
+    engine = build_engine(
+        policies, config, ClusterFacts(priority_classes=priority_classes, runtimes=runtimes)
+    )
     state, client = webhook
     state.install(engine)
     for doc, decision in zip(docs, decide_all(engine, docs, NAMESPACE), strict=True):

@@ -22,7 +22,7 @@ from webhook.app import ServerState, create_app
 from webhook.cli import main
 from webhook.config import load_config
 from webhook.documents import MAX_DEPTH, MAX_TEXT_ENTRIES
-from webhook.engine import Engine, default_policies_dir, load_policy_set
+from webhook.engine import build_engine, default_policies_dir, load_policy_set
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
@@ -107,7 +107,7 @@ def write(tmp_path: Path, obj: dict[str, Any]) -> Path:
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
     state = ServerState()
-    state.install(Engine(load_policy_set([default_policies_dir()]), load_config()))
+    state.install(build_engine(load_policy_set([default_policies_dir()]), load_config()))
     with TestClient(create_app(state)) as c:
         yield c
 

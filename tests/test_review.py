@@ -12,7 +12,15 @@ import pytest
 
 from webhook import review
 from webhook.config import load_config
-from webhook.engine import Decision, Engine, Finding, PolicyResult, default_policies_dir, load_policy_set
+from webhook.engine import (
+    Decision,
+    Engine,
+    Finding,
+    PolicyResult,
+    build_engine,
+    default_policies_dir,
+    load_policy_set,
+)
 from webhook.review import ReviewError, build_response, parse_request
 
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
@@ -99,7 +107,7 @@ def encode(value: Any) -> bytes:
 @pytest.fixture(scope="module")
 def engine() -> Engine:
     # Compiling the shipped policies takes a fraction of a second: once per module.
-    return Engine(load_policy_set([default_policies_dir()]), load_config())
+    return build_engine(load_policy_set([default_policies_dir()]), load_config())
 
 
 def decide(engine: Engine, obj: Any, **request: Any) -> tuple[review.ParsedReview, Decision]:
@@ -326,7 +334,7 @@ def test_a_policy_reason_reaches_the_response(tmp_path: Any) -> None:
         "spec:\n  validations:\n    - expression: 'false'\n      message: too big\n"
         "      reason: RequestEntityTooLarge\n"
     )
-    engine = Engine(load_policy_set([tmp_path]), load_config())
+    engine = build_engine(load_policy_set([tmp_path]), load_config())
     parsed = parse_request(orjson.dumps(admission_review(GANG_MISSING)))
     decision = engine.review(parsed.admission, mutate=False)
     assert [(f.policy, f.reason) for f in decision.violations] == [("sized", "RequestEntityTooLarge")]

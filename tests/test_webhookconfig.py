@@ -25,7 +25,7 @@ from tests.conftest import shared_dir
 from webhook import certs, kinds, webhookconfig
 from webhook.cli import EXIT_ERROR, main
 from webhook.config import PlatformConfig, load_config
-from webhook.engine import AdmissionInput, Engine, default_policies_dir, load_policy_set
+from webhook.engine import AdmissionInput, Engine, build_engine, default_policies_dir, load_policy_set
 from webhook.webhookconfig import WebhookConfigError
 
 CORPUS = (shared_dir() or Path("/nonexistent")) / "corpus"
@@ -815,7 +815,7 @@ def test_match_conditions_follow_the_platform_config(
 @cache
 def engine(config_text: str = "") -> Engine:
     config = load_config() if not config_text else _config_from_text(config_text)
-    return Engine(load_policy_set([default_policies_dir()]), config)
+    return build_engine(load_policy_set([default_policies_dir()]), config)
 
 
 def _config_from_text(text: str) -> PlatformConfig:

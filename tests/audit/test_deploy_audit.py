@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from webhook.audit.cluster_serve import LEASE_NAME
-from webhook.audit.report import APIS
+from webhook.audit.report_objects import APIS
 from webhook.kinds import KINDS
 
 ROOT = Path(__file__).parents[2]

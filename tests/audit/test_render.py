@@ -15,7 +15,7 @@ from webhook.audit.decide import Auditor, ObjectAudit
 from webhook.audit.render import AuditRun, render_markdown, render_sarif, render_table
 from webhook.cli import main
 from webhook.config import load_config
-from webhook.engine import Engine, default_policies_dir, load_policy_set
+from webhook.engine import build_engine, default_policies_dir, load_policy_set
 
 REPO = Path(__file__).parents[2]
 SARIF_SCHEMA = REPO / "tests" / "reviewgate" / "sarif-2.1.0-subset.schema.json"
@@ -37,7 +37,7 @@ OBJECTS = [
 
 @pytest.fixture(scope="module")
 def run() -> AuditRun:
-    auditor = Auditor(Engine(load_policy_set([default_policies_dir()]), load_config()))
+    auditor = Auditor(build_engine(load_policy_set([default_policies_dir()]), load_config()))
     audits = [a for a in (auditor.audit(o) for o in OBJECTS) if a is not None]
     return AuditRun(audits, [cp.policy for cp in auditor.engine.policies.policies], "all namespaces")
 
@@ -76,7 +76,7 @@ def test_sarif_is_valid_and_has_one_result_per_failure(run) -> None:
 
 
 def test_compare_lists_newly_failing_and_newly_passing(tmp_path) -> None:
-    current = Auditor(Engine(load_policy_set([default_policies_dir()]), load_config()))
+    current = Auditor(build_engine(load_policy_set([default_policies_dir()]), load_config()))
     proposed_dir = tmp_path / "proposed"
     proposed_dir.mkdir()
     for path in sorted((REPO / "policies").glob("*.yaml")):
@@ -103,7 +103,7 @@ spec:
 """,
         encoding="utf-8",
     )
-    proposed = Auditor(Engine(load_policy_set([proposed_dir, stricter]), load_config()))
+    proposed = Auditor(build_engine(load_policy_set([proposed_dir, stricter]), load_config()))
     pairs: list[tuple[ObjectAudit | None, ObjectAudit | None]] = [
         (current.audit(o), proposed.audit(o)) for o in OBJECTS
     ]

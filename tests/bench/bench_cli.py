@@ -177,7 +177,7 @@ def manifest_split(rounds: int = 9) -> dict[str, float]:
 
     import orjson
 
-    from webhook.cli._common import Context, decide_document, engine_for
+    from webhook.cli._file_engine import Context, decide_document, engine_for
     from webhook.cli.check import result_record, summary
     from webhook.config import load_config
     from webhook.documents import collect_inputs, manifest_inputs

@@ -8,7 +8,7 @@ import pytest
 
 from webhook.config import load_config
 from webhook.context import evictions
-from webhook.engine import AdmissionInput, Engine, load_policy_set
+from webhook.engine import AdmissionInput, ClusterFacts, build_engine, load_policy_set
 
 POLICY = """\
 apiVersion: trainguard.dev/v1alpha1
@@ -97,7 +97,9 @@ def test_policies_see_only_the_workloads_own_records(
     tmp_path: Path, obj: dict[str, object], seen: str, backend: str
 ) -> None:
     (tmp_path / "p.yaml").write_text(POLICY)
-    engine = Engine(load_policy_set([tmp_path], backend), load_config(), cluster={"evictions": RECORDS})
+    engine = build_engine(
+        load_policy_set([tmp_path], backend), load_config(), ClusterFacts(evictions=RECORDS)
+    )
     decision = engine.review(AdmissionInput(object=obj))
     (finding,) = [f for f in decision.warnings if f.policy == "show-evictions"]
     assert finding.message == seen

@@ -13,7 +13,7 @@ import jsonschema
 import pytest
 
 from webhook.cli import main
-from webhook.cli._common import build_engine
+from webhook.cli._file_engine import build_engine
 from webhook.config import load_config
 from webhook.documents import read_manifests
 from webhook.engine import default_policies_dir, load_exceptions, load_policy_set

@@ -21,7 +21,7 @@ from kubernetes import config as kube_config
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from webhook.audit.report import MANAGED_BY, ReportApi
+from webhook.audit.report_objects import MANAGED_BY, ReportApi
 from webhook.audit.scan import NotServed, Page, controlled
 from webhook.cluster import (
     EXCEPTION_GROUP,
@@ -268,9 +268,10 @@ def _list_items(call: Callable[..., Any]) -> list[dict[str, Any]]:
         raise
 
 
-def engine_context(api: client.ApiClient, file_exceptions: Sequence[PolicyException] = ()) -> ClusterFacts:
-    """PriorityClasses, TrainingRuntimes, PolicyException objects (after `file_exceptions`) and
-    eviction records, as the webhook's caches hold them."""
+def listed_facts(api: client.ApiClient, file_exceptions: Sequence[PolicyException] = ()) -> ClusterFacts:
+    """The ClusterFacts from one LIST of each source: PriorityClasses, TrainingRuntimes,
+    PolicyException objects (after `file_exceptions`) and eviction records, as the webhook's
+    caches hold them."""
     custom = client.CustomObjectsApi(api)
     priority_classes: dict[str, int] = {}
     for obj in _list_items(client.SchedulingV1Api(api).list_priority_class):

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from kubernetes import client
 
 from webhook.audit.cluster import ReportStore, WorkloadCaches
-from webhook.audit.report import DEFAULT_MAX_BYTES, formats
-from webhook.audit.reporter import AuditMetrics, Reporter
+from webhook.audit.report_loop import AuditMetrics, Reporter
+from webhook.audit.report_objects import DEFAULT_MAX_BYTES, formats
 from webhook.engine import Engine
 from webhook.leader import LeaderElector
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from webhook.cli._common import Context
+from webhook.cli._file_engine import Context
 from webhook.documents import Document, Inputs, Manifests, collect_file, no_documents
 from webhook.engine import Engine
 from webhook.errors import DuplicateKeyError, InputError, TrainguardError

@@ -12,9 +12,9 @@ import sys
 from typing import Any
 
 from webhook.cli import EXIT_ALLOWED, EXIT_DENIED
-from webhook.cli._common import add_policy_args, load_policy_exceptions
+from webhook.cli._file_engine import add_policy_args, load_policy_exceptions
 from webhook.config import load_config
-from webhook.engine import Engine, build_engine, default_policies_dir, load_policy_set
+from webhook.engine import Engine, build_engine, load_policy_set
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     from webhook.audit.scan import scan
 
     config = load_config(args.config)
-    policies = load_policy_set(args.policies or [default_policies_dir()], args.cel)
+    policies = load_policy_set(args.policies or (), args.cel)
     proposed = load_policy_set(args.compare_policies, args.cel) if args.compare_policies else None
     file_exceptions = load_policy_exceptions(args, policies)
     namespace = None if args.all_namespaces else args.namespace
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     pairs: list[tuple[ObjectAudit | None, ObjectAudit | None]] = []
     with cluster.reading():
         # The cluster's facts as the webhook's caches hold them, its eviction records included.
-        facts = cluster.engine_context(api, file_exceptions)
+        facts = cluster.listed_facts(api, file_exceptions)
 
         def engine(policy_set: Any) -> Engine:
             return build_engine(policy_set, config, facts)

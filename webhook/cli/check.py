@@ -10,7 +10,7 @@ import orjson
 import yaml
 
 from webhook.cli import EXIT_ALLOWED, EXIT_DENIED, EXIT_ERROR
-from webhook.cli._common import (
+from webhook.cli._file_engine import (
     Context,
     add_engine_args,
     decide_document,
@@ -20,7 +20,7 @@ from webhook.cli._common import (
 from webhook.cli._parallel import Run, decide_in_workers, workers_for
 from webhook.config import load_config
 from webhook.documents import Document, collect_inputs, manifest_inputs
-from webhook.engine import Decision, Engine, default_policies_dir, load_policy_set
+from webhook.engine import Decision, Engine, load_policy_set
 from webhook.errors import InputError
 
 
@@ -183,7 +183,7 @@ def _where(e: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    policies = load_policy_set(args.policies or [default_policies_dir()], args.cel)
+    policies = load_policy_set(args.policies or (), args.cel)
     exceptions = load_policy_exceptions(args, policies)
     inputs = manifest_inputs(args.paths)
 

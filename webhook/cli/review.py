@@ -12,7 +12,7 @@ import sys
 import orjson
 
 from webhook.cli import EXIT_ALLOWED, EXIT_DENIED
-from webhook.cli._common import add_engine_args, build_engine, load_inputs, load_policy_exceptions
+from webhook.cli._file_engine import add_engine_args, build_engine, load_inputs, load_policy_exceptions
 from webhook.reviewgate import junit, markdown, record, sarif
 from webhook.reviewgate.report import Report, build_report
 

@@ -113,7 +113,3 @@ class ClusterCaches:
 
     def _changed(self) -> None:
         self._on_change(self.priority_classes, self.runtimes, self.exceptions)
-
-
-def _unused() -> None:
-    pass

@@ -9,17 +9,17 @@ decide, run by ``pipeline``); importing them from outside is refused by the laye
 from __future__ import annotations
 
 from webhook.engine.compile import CompiledPolicy, PolicySet, load_policy_set
-from webhook.engine.exceptions import (
+from webhook.engine.factory import ClusterFacts, build_engine
+from webhook.engine.load import default_policies_dir, policy_files
+from webhook.engine.model import Decision, Finding, Outcome, Policy, PolicyResult
+from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.engine.waivers import (
     PolicyException,
     exemption_for,
     load_exceptions,
     parse_exception,
     unknown_policies,
 )
-from webhook.engine.factory import ClusterFacts, build_engine
-from webhook.engine.load import default_policies_dir, policy_files
-from webhook.engine.model import Decision, Finding, Outcome, Policy, PolicyResult
-from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.workloads import Deferred
 
 __all__ = [

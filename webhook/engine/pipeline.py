@@ -1,6 +1,10 @@
-"""Engine.review(): adapt -> match -> mutate -> re-adapt -> validate -> decide, one screen long.
+"""Engine.review(): adapt -> match -> mutate -> re-adapt -> validate -> decide.
 
-The webhook, the CLI and the review gate all call this; nothing here knows about HTTP or files.
+review() reads as that sequence; the rest of the module is how one phase is evaluated: all of its
+policies by the phase's joined program where it can (_together), else each policy on its own
+(_run), with the skips remembered by what decides them (_skipped) and only the values the
+policies read handed to CEL (_Reads). The webhook, the CLI and the review gate all call this;
+nothing here knows about HTTP or files.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from webhook.engine.model import Decision, Policy, PolicyResult
 from webhook.engine.mutate import Patcher
 from webhook.nodelevel import node_level_reason
 from webhook.workloads import AdaptContext, Deferred, build_workload
-from webhook.workloads.common import POD_GROUP_NAME
+from webhook.workloads.draft import POD_GROUP_NAME
 from webhook.workloads.model import Workload, compiled_viewer
 
 

@@ -63,10 +63,6 @@ _KEY_IN = re.compile(r'(?:^|[(\[{,?:]|&&|\|\|)\s*"([0-9]+)"\s*in\s+$')
 _AFTER_OPERAND = re.compile(r"\s*(?:$|[)\]},?:]|&&|\|\||==|!=)")
 
 
-def strip_literals(source: str) -> str:
-    return _strip(source)[0]
-
-
 def _strip(source: str) -> tuple[str, list[str]]:
     """`source` with every literal and comment replaced (literals are not reads), and the values
     of the plain string literals that may be a map's key (`"k" in m`, `m["k"]`): those become

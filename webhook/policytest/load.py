@@ -12,7 +12,6 @@ from webhook.config import PlatformConfig, config_from_mapping, load_config
 from webhook.documents import load_yaml_documents, read_manifests
 from webhook.engine import (
     PolicyException,
-    default_policies_dir,
     load_exceptions,
     parse_exception,
 )
@@ -102,7 +101,7 @@ def load_test_file(path: str | Path) -> PolicyTestFile:
     policies = tuple(
         r.file(r.string(p, f"policies[{i}]", required=True) or "", f"policies[{i}]")
         for i, p in enumerate(r.items(doc.get("policies"), "policies"))
-    ) or (default_policies_dir(),)
+    )  # none: load_policy_set's default, the shipped set
     cases = _cases(r, doc.get("cases"), resources, old, operation)
     return PolicyTestFile(
         path=path,

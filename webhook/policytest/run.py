@@ -7,11 +7,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from webhook.context import context_objects, evictions
 from webhook.engine import (
     AdmissionInput,
+    ClusterFacts,
     Engine,
     PolicySet,
+    build_engine,
     load_policy_set,
 )
 from webhook.errors import InputError
@@ -44,15 +45,8 @@ class Runner:
         if test.path not in self._engines:
             policies = self.policy_set(test)
             check_policy_names(test, policies)
-            runtimes, priority_classes = context_objects(r.obj for r in test.resources)
-            self._engines[test.path] = Engine(
-                policies,
-                test.config,
-                runtimes=runtimes,
-                priority_classes=priority_classes,
-                exceptions=test.exceptions,
-                cluster={"evictions": evictions(r.obj for r in test.resources)},
-            )
+            facts = ClusterFacts.of_objects((r.obj for r in test.resources), test.exceptions)
+            self._engines[test.path] = build_engine(policies, test.config, facts)
         return self._engines[test.path]
 
     def run(self, test: PolicyTestFile, case: PolicyTestCase) -> CaseResult:

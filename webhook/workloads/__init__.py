@@ -27,7 +27,7 @@ from webhook.workloads import (
     volcano,
 )
 from webhook.workloads.classify import finish
-from webhook.workloads.common import AdaptContext, Draft
+from webhook.workloads.draft import AdaptContext, Draft
 from webhook.workloads.model import Workload
 from webhook.workloads.torchrun import Deferred
 

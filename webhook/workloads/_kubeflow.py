@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from webhook.workloads.classify import gang_scheduler_gaps
-from webhook.workloads.common import Draft, count, escape, mapping, optional_count, text
+from webhook.workloads.draft import Draft, count, escape, mapping, optional_count, text
 from webhook.workloads.model import Restarts
 from webhook.workloads.podtemplate import read_template
 

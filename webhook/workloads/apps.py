@@ -6,7 +6,7 @@ to the pod template; a label found only on the template is read too.
 
 from __future__ import annotations
 
-from webhook.workloads.common import QUEUE_LABEL, Draft, count
+from webhook.workloads.draft import QUEUE_LABEL, Draft, count
 from webhook.workloads.podtemplate import read_template
 
 

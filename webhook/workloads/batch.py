@@ -8,7 +8,7 @@ Kueue may admit the Job with as few pods, so a minimum below parallelism is an e
 from __future__ import annotations
 
 from webhook.errors import InputError
-from webhook.workloads.common import (
+from webhook.workloads.draft import (
     ELASTIC_JOB,
     JOB_MIN_PARALLELISM,
     Draft,

@@ -16,7 +16,7 @@ from webhook.config import PlatformConfig
 from webhook.fields import pointer_to_path, walk
 from webhook.kinds import Role
 from webhook.workloads.claims import multi_node_launch, tier_conflicts
-from webhook.workloads.common import (
+from webhook.workloads.draft import (
     COSCHEDULING_LABEL,
     KUEUE_PRIORITY_LABEL,
     ROLE_LABEL,

@@ -6,7 +6,7 @@ gang of its own: Kueue (queue label) or Workload-Aware Scheduling (templates) pr
 
 from __future__ import annotations
 
-from webhook.workloads.common import Draft, count, job_pods, mapping, optional_count, sequence, text
+from webhook.workloads.draft import Draft, count, job_pods, mapping, optional_count, sequence, text
 from webhook.workloads.model import Restarts
 from webhook.workloads.podtemplate import read_template
 

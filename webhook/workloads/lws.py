@@ -7,7 +7,7 @@ per group: Kueue (one Workload per group) or Volcano (`schedulerName: volcano`, 
 
 from __future__ import annotations
 
-from webhook.workloads.common import Draft, count, mapping
+from webhook.workloads.draft import Draft, count, mapping
 from webhook.workloads.podtemplate import read_template
 
 _EXCLUSIVE = (

@@ -8,7 +8,7 @@ never class C.
 from __future__ import annotations
 
 from webhook.workloads._kubeflow import read_replica_specs, read_run_policy
-from webhook.workloads.common import Draft
+from webhook.workloads.draft import Draft
 from webhook.workloads.torchrun.mpi import set_mpirun_np
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import cast
 
 from webhook.fields import pointer_to_path
-from webhook.workloads.common import (
+from webhook.workloads.draft import (
     CLASS_LABEL,
     COSCHEDULING_LABEL,
     POD_GROUP_NAME,

@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 from webhook.accelerators import AcceleratorTest, accelerators_of
 from webhook.errors import InputError
 from webhook.fields import pointer_to_path
-from webhook.workloads.common import (
+from webhook.workloads.draft import (
     ContainerMemo,
     Draft,
     tas_constraints,

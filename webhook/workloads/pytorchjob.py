@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from webhook.workloads._kubeflow import read_replica_specs, read_run_policy
-from webhook.workloads.common import Draft, mapping, optional_count, text
+from webhook.workloads.draft import Draft, mapping, optional_count, text
 from webhook.workloads.model import ElasticRange, Restarts
 from webhook.workloads.torchrun.injection import Injected, inject
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.workloads.common import (
+from webhook.workloads.draft import (
     Draft,
     count,
     mapping,

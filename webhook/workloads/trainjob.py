@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.workloads.common import (
+from webhook.workloads.draft import (
     Draft,
     count,
     job_pods,
@@ -41,7 +41,6 @@ from webhook.workloads.torchrun.injection import Injected, inject
 from webhook.workloads.torchrun.mpi import set_mpirun_np
 
 ANCESTOR_STEP = "trainer.kubeflow.org/trainjob-ancestor-step"
-WEBHOOK_MANAGER = "trainguard.dev/webhook"  # the runtimePatches entry trainguard writes
 TRAINER_NODE = "node"  # the trainer replicatedJob and container name in Trainer v2 runtimes
 
 

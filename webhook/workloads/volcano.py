@@ -10,7 +10,7 @@ the total makes the surplus pods elastic (class C).
 from __future__ import annotations
 
 from webhook.workloads.classify import gang_scheduler_gaps
-from webhook.workloads.common import (
+from webhook.workloads.draft import (
     Draft,
     count,
     mapping,

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from webhook.workloads.torchrun.environ import Environ
-from webhook.workloads.torchrun.launcher import Found
+from webhook.workloads.torchrun.found import Found
 from webhook.workloads.torchrun.limits import Meter, OverLimit
 from webhook.workloads.torchrun.shell import ShellState, Unfollowable, run_script
 from webhook.workloads.torchrun.unknown import UNK

@@ -28,7 +28,8 @@ from typing import TypeVar
 from webhook.workloads.model import TorchrunSpec
 from webhook.workloads.torchrun import kubelet
 from webhook.workloads.torchrun.environ import Environ
-from webhook.workloads.torchrun.launcher import Found, find_launch, launcher_word
+from webhook.workloads.torchrun.found import Found
+from webhook.workloads.torchrun.launcher import find_launch, launcher_word
 from webhook.workloads.torchrun.limits import (
     MAX_ARGV_BYTES,
     MAX_CONTAINERS,

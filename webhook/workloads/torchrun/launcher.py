@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from webhook.workloads.torchrun.environ import Environ
+from webhook.workloads.torchrun.found import Found
 from webhook.workloads.torchrun.launchers import ACCELERATE, DEEPSPEED
 from webhook.workloads.torchrun.launchers import MODULES as OTHER_MODULES
 from webhook.workloads.torchrun.limits import Meter
@@ -26,13 +26,6 @@ from webhook.workloads.torchrun.unknown import UNK
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "mksh", "busybox"})
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?")
 MODULES = ("torch.distributed.run", "torch.distributed.launch")
-
-
-@dataclass(slots=True)
-class Found:
-    launcher: str
-    argv: tuple[str, ...] | None  # None: the launch line could not be followed
-    env: dict[str, str | None]  # the PET_* environment the launcher receives
 
 
 def base(word: str) -> str:

@@ -11,7 +11,8 @@ from dataclasses import replace
 from webhook.workloads.model import Container, PodGroup
 from webhook.workloads.torchrun import kubelet
 from webhook.workloads.torchrun.environ import Environ
-from webhook.workloads.torchrun.launcher import SHELLS, Found, base, unwrap
+from webhook.workloads.torchrun.found import Found
+from webhook.workloads.torchrun.launcher import SHELLS, base, unwrap
 from webhook.workloads.torchrun.limits import MAX_ARGV_BYTES, MAX_ENV_ENTRIES, MAX_WORDS, Meter, OverLimit
 from webhook.workloads.torchrun.shell import ShellState, ShellSyntaxError, Unfollowable, run_script
 

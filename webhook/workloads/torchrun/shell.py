@@ -17,14 +17,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from webhook.workloads.torchrun.environ import Environ
+from webhook.workloads.torchrun.found import Found
 from webhook.workloads.torchrun.limits import MAX_DEPTH, MAX_SCRIPT_BYTES, Meter, OverLimit, over
 from webhook.workloads.torchrun.unknown import UNK
-
-if TYPE_CHECKING:
-    from webhook.workloads.torchrun.launcher import Found
 
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGN = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=")
@@ -49,7 +47,7 @@ _OPERATORS = frozenset({";", "&", "|", "(", ")", "\n", "&&", "||", ";;", "|&"})
 _ANSI = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "e": "\x1b", "f": "\f", "v": "\v"}
 
 # Finds the launch in one command's argv (launcher.find_launch); passed in to keep the modules acyclic.
-FindLaunch = Callable[[list[str], Environ, int, Meter], "Found | None"]
+FindLaunch = Callable[[list[str], Environ, int, Meter], Found | None]
 
 
 class ShellSyntaxError(Exception):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from webhook.workloads.model import TorchrunSpec
 from webhook.workloads.torchrun import launchers
-from webhook.workloads.torchrun.launcher import Found
+from webhook.workloads.torchrun.found import Found
 from webhook.workloads.torchrun.limits import Meter
 from webhook.workloads.torchrun.options import TorchExit, Values, apply_env, parse_argv
 from webhook.workloads.torchrun.unknown import ARGV, INVALID, LIMIT

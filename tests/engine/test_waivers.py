@@ -14,9 +14,9 @@ import yaml
 from webhook.cli import main
 from webhook.config import load_config
 from webhook.engine.compile import load_policy_set
-from webhook.engine.exceptions import PolicyException, load_exceptions, parse_exception
 from webhook.engine.load import default_policies_dir
 from webhook.engine.pipeline import AdmissionInput, Engine
+from webhook.engine.waivers import PolicyException, load_exceptions, parse_exception
 from webhook.errors import PolicyError
 from webhook.workloads import AdaptContext, build_workload
 from webhook.workloads.model import Workload

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 import orjson
 
 from webhook.audit.decide import Auditor, ObjectAudit
-from webhook.audit.report import APIS, DEFAULT_MAX_BYTES, Format, ReportApi, build_reports
+from webhook.audit.report_objects import APIS, DEFAULT_MAX_BYTES, Format, ReportApi, build_reports
 from webhook.engine import Engine
 
 log = logging.getLogger("trainguard.audit")

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from webhook.audit.report import ReportApi
-from webhook.audit.reporter import Reporter
+from webhook.audit.report_loop import Reporter
+from webhook.audit.report_objects import ReportApi
 from webhook.config import load_config
-from webhook.engine import Engine, default_policies_dir, load_policy_set
+from webhook.engine import Engine, build_engine, default_policies_dir, load_policy_set
 
 REPO = Path(__file__).parents[2]
 
@@ -64,7 +64,7 @@ NO_GANG = "deploy/counterexamples/pytorchjob-no-gang.yaml"
 
 @pytest.fixture
 def engine() -> Engine:
-    return Engine(load_policy_set([default_policies_dir()]), load_config())
+    return build_engine(load_policy_set([default_policies_dir()]), load_config())
 
 
 def reporter(objects: dict[str, dict[str, Any]], engine_ref: list[Engine], store: MemoryStore) -> Reporter:
@@ -125,7 +125,7 @@ def test_a_new_policy_set_redecides_everything(engine, tmp_path) -> None:
     (tmp_path / "gang-required.yaml").write_text(
         text.replace("mode: Enforce", "mode: Warn"), encoding="utf-8"
     )
-    current[0] = Engine(load_policy_set([tmp_path]), load_config())
+    current[0] = build_engine(load_policy_set([tmp_path]), load_config())
     r.run_once()
     assert store.summary("ns-b") == {"pass": 0, "fail": 0, "warn": 1, "error": 0, "skip": 0}
 

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from webhook.audit.decide import Auditor, ObjectAudit, ObjectRef, Row
-from webhook.audit.report import build_reports, report_bytes, shard_name
+from webhook.audit.report_objects import build_reports, report_bytes, shard_name
 from webhook.config import load_config
-from webhook.engine import Engine, default_policies_dir, load_exceptions, load_policy_set
+from webhook.engine import ClusterFacts, build_engine, default_policies_dir, load_exceptions, load_policy_set
 
 HERE = Path(__file__).parent
 REPO = HERE.parents[1]
@@ -44,7 +44,7 @@ def stored(path: Path, number: int) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def auditor() -> Auditor:
-    return Auditor(Engine(load_policy_set([default_policies_dir()]), load_config()))
+    return Auditor(build_engine(load_policy_set([default_policies_dir()]), load_config()))
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def _policy_dir(tmp_path: Path, mode: str) -> Path:
     ids=["enforce-fails", "audit-fails-as-preview", "warn-warns"],
 )
 def test_policy_mode_sets_result_and_severity(tmp_path, mode, result, severity) -> None:
-    auditor = Auditor(Engine(load_policy_set([_policy_dir(tmp_path, mode)]), load_config()))
+    auditor = Auditor(build_engine(load_policy_set([_policy_dir(tmp_path, mode)]), load_config()))
     audit = auditor.audit(stored(REPO / "deploy" / "counterexamples" / "pytorchjob-no-gang.yaml", 1), now=NOW)
     assert audit is not None
     (row,) = [r for r in audit.rows if r.policy == "gang-required"]
@@ -160,7 +160,11 @@ def test_policy_mode_sets_result_and_severity(tmp_path, mode, result, severity) 
 
 def test_exempted_finding_is_a_skip_with_the_justification(tmp_path) -> None:
     exceptions = load_exceptions([REPO / "tests" / "reviewgate" / "exceptions" / "legacy.yaml"])
-    auditor = Auditor(Engine(load_policy_set([default_policies_dir()]), load_config(), exceptions=exceptions))
+    auditor = Auditor(
+        build_engine(
+            load_policy_set([default_policies_dir()]), load_config(), ClusterFacts(exceptions=exceptions)
+        )
+    )
     obj = stored(REPO / "deploy" / "counterexamples" / "pytorchjob-no-gang.yaml", 1)
     obj["metadata"].update(name="legacy-job", namespace="team-a")
     audit = auditor.audit(obj, now=NOW)
