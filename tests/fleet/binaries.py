@@ -1,0 +1,245 @@
+"""Build, once, the fleet's control-plane components from Go modules.
+
+Built like kube-apiserver and etcd (tests/e2e/binaries.py: the same `go_build`, lock and stamp):
+
+* ``kube-scheduler`` and ``kube-controller-manager`` come from the apiserver's own wrapper module
+  (tests/e2e/go/), so they share its version, its replace lines and the Go build cache; they are
+  cached beside kube-apiserver in ``$TRAINGUARD_E2E_CACHE/<k8s-version>/`` under the same lock;
+* KWOK, Kueue and the training operator each come from a wrapper module under ``go/<name>/``
+  (go.mod + tools.go + committed go.sum) and are cached in ``$TRAINGUARD_E2E_CACHE/<name>-<version>/``.
+
+The CRDs of Kueue and the training operator are read at run time from the module source in the Go
+module cache (`crd_dir`), never copied into the repository.
+
+``python -m tests.fleet.binaries`` builds everything and prints each binary with its build time.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.e2e.binaries import (
+    APISERVER_MODULE_DIR,
+    DEFAULT_BUILD_TIMEOUT,
+    LOCK_FILE,
+    BuildError,
+    acquire_build_lock,
+    apiserver_ldflags,
+    build_env,
+    build_env_key,
+    cache_root,
+    find_go,
+    go_build,
+    kubernetes_version,
+    required_version,
+    up_to_date,
+)
+
+FLEET_GO_DIR = Path(__file__).resolve().parent / "go"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One literal substitution in a module's source file, applied at build time with
+    `go build -overlay` (the module cache stays untouched). Used only where an upstream binary
+    hard-codes something that cannot run out of cluster on 127.0.0.1 and offers no flag for it."""
+
+    file: str  # relative to the module's source directory
+    old: str
+    new: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    module: str
+    module_dir: Path
+    package: str
+    patches: tuple[Patch, ...] = ()
+
+    @property
+    def version(self) -> str:
+        return required_version(self.module_dir / "go.mod", self.module)
+
+    def ldflags(self) -> str:
+        if self.module == "k8s.io/kubernetes":
+            return apiserver_ldflags(self.version)
+        flags = ["-s", "-w"]
+        if self.name == "kueue":
+            flags.append(f"-X sigs.k8s.io/kueue/pkg/version.GitVersion={self.version}")
+        return " ".join(flags)
+
+    def directory(self) -> Path:
+        # The Kubernetes components live beside kube-apiserver, under its lock: they share its
+        # module and build cache, and a kube-apiserver build in progress must finish first.
+        if self.module == "k8s.io/kubernetes":
+            return cache_root() / self.version
+        return cache_root() / f"{self.name}-{self.version}"
+
+    def stamp(self) -> str:
+        digest = hashlib.sha256()
+        for part in (self.name, self.version, self.package, self.ldflags(), build_env_key()):
+            digest.update(part.encode() + b"\0")
+        for file in ("go.mod", "go.sum"):
+            digest.update((self.module_dir / file).read_bytes() + b"\0")
+        for patch in self.patches:
+            digest.update(f"{patch.file}\0{patch.old}\0{patch.new}\0".encode())
+        return digest.hexdigest()
+
+    def overlay(self, directory: Path) -> list[str]:
+        """`-overlay FILE` arguments for go build, with the patched sources written to `directory`."""
+        if not self.patches:
+            return []
+        source = module_source(self)
+        replace: dict[str, str] = {}
+        patched: dict[Path, str] = {}
+        for patch in self.patches:
+            path = source / patch.file
+            text = patched.get(path) or path.read_text(encoding="utf-8")
+            if text.count(patch.old) != 1:
+                raise BuildError(f"{path} no longer holds exactly one {patch.old!r}: update the patch")
+            patched[path] = text.replace(patch.old, patch.new)
+        directory.mkdir(parents=True, exist_ok=True)
+        for number, (path, text) in enumerate(sorted(patched.items())):
+            copy = directory / f"{number}-{path.name}"
+            copy.write_text(text, encoding="utf-8")
+            replace[str(path)] = str(copy)
+        overlay = directory / "overlay.json"
+        overlay.write_text(json.dumps({"Replace": replace}), encoding="utf-8")
+        return ["-overlay", str(overlay)]
+
+
+KUBE_SCHEDULER = Component(
+    "kube-scheduler", "k8s.io/kubernetes", APISERVER_MODULE_DIR, "k8s.io/kubernetes/cmd/kube-scheduler"
+)
+KUBE_CONTROLLER_MANAGER = Component(
+    "kube-controller-manager",
+    "k8s.io/kubernetes",
+    APISERVER_MODULE_DIR,
+    "k8s.io/kubernetes/cmd/kube-controller-manager",
+)
+KWOK = Component("kwok", "sigs.k8s.io/kwok", FLEET_GO_DIR / "kwok", "sigs.k8s.io/kwok/cmd/kwok")
+KUEUE = Component(
+    "kueue",
+    "sigs.k8s.io/kueue",
+    FLEET_GO_DIR / "kueue",
+    "sigs.k8s.io/kueue/cmd/kueue",
+    patches=(
+        Patch(
+            "cmd/kueue/main.go",
+            'metricsCertPath := "/etc/kueue/metrics/certs"',
+            'metricsCertPath := os.Getenv("KUEUE_METRICS_CERT_DIR")',
+            "without internal certificate management (whose certificates name only the in-cluster "
+            "Service, never 127.0.0.1) the manager exits unless /etc/kueue/metrics/certs holds a "
+            "certificate; the fleet gives it one from its own directory instead of writing to /etc",
+        ),
+    ),
+)
+TRAINING_OPERATOR = Component(
+    "training-operator",
+    "github.com/kubeflow/training-operator",
+    FLEET_GO_DIR / "training-operator",
+    "github.com/kubeflow/training-operator/cmd/training-operator.v1",
+    patches=(
+        Patch(
+            "cmd/training-operator.v1/main.go",
+            "Port: webhookServerPort,",
+            'Port: webhookServerPort, Host: "127.0.0.1",',
+            "its webhook server has a port flag but no host flag and would listen on every interface",
+        ),
+    ),
+)
+COMPONENTS = (KUBE_SCHEDULER, KUBE_CONTROLLER_MANAGER, KWOK, KUEUE, TRAINING_OPERATOR)
+
+
+def ensure(component: Component, *, timeout: float | None = None) -> Path:
+    """The cached binary of `component`, built first when missing or stale. Raises BuildError."""
+    if timeout is None:
+        timeout = float(os.environ.get("TRAINGUARD_E2E_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT))
+    directory = component.directory()
+    directory.mkdir(parents=True, exist_ok=True)
+    binary = directory / component.name
+    stamp = component.stamp()
+    if up_to_date(binary, stamp):
+        return binary
+    with (directory / LOCK_FILE).open("a+") as lock:
+        # Another process may be building kube-apiserver here for several minutes: wait long.
+        acquire_build_lock(lock.fileno(), 3 * timeout)
+        try:
+            if not up_to_date(binary, stamp):
+                go_build(
+                    f"{component.name} {component.version}",
+                    lambda partial: [
+                        find_go(),
+                        "build",
+                        *component.overlay(directory / "overlay"),
+                        "-trimpath",
+                        "-ldflags",
+                        component.ldflags(),
+                        "-o",
+                        str(partial),
+                        component.package,
+                    ],
+                    module_dir=component.module_dir,
+                    env=build_env(),
+                    binary=binary,
+                    stamp=stamp,
+                    timeout=timeout,
+                    note="first use only; cold, this takes several minutes on 2 cores",
+                )
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return binary
+
+
+def module_source(component: Component) -> Path:
+    """Where the Go module cache holds `component`'s module source (downloaded if missing)."""
+    result = subprocess.run(
+        [find_go(), "list", "-m", "-json", component.module],
+        cwd=component.module_dir,
+        env=build_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise BuildError(f"go list -m {component.module} failed: {result.stderr.strip()}")
+    directory = json.loads(result.stdout).get("Dir")
+    if not directory:
+        # `go list -m` names the Dir only once the module is downloaded.
+        subprocess.run(
+            [find_go(), "mod", "download", component.module],
+            cwd=component.module_dir,
+            env=build_env(),
+            check=True,
+            timeout=600,
+        )
+        return module_source(component)
+    return Path(directory)
+
+
+def crd_dir(component: Component) -> Path:
+    """The directory of `component`'s CRD manifests inside its module source."""
+    relative = {
+        "kueue": "config/components/crd/bases",
+        "training-operator": "manifests/base/crds",
+    }[component.name]
+    return module_source(component) / relative
+
+
+if __name__ == "__main__":
+    wanted = sys.argv[1:] or [component.name for component in COMPONENTS]
+    by_name = {component.name: component for component in COMPONENTS}
+    if kubernetes_version() != KUBE_SCHEDULER.version:
+        raise SystemExit("the scheduler's version must be the apiserver's")
+    for name in wanted:
+        print(f"{name}: {ensure(by_name[name])}", flush=True)
