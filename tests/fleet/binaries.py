@@ -2,9 +2,11 @@
 
 Built like kube-apiserver and etcd (tests/e2e/binaries.py: the same `go_build`, lock and stamp):
 
-* ``kube-scheduler`` and ``kube-controller-manager`` come from the apiserver's own wrapper module
-  (tests/e2e/go/), so they share its version, its replace lines and the Go build cache; they are
-  cached beside kube-apiserver in ``$TRAINGUARD_E2E_CACHE/<k8s-version>/`` under the same lock;
+* ``kube-scheduler`` and ``kube-controller-manager`` come from ``go/kubernetes/``, a copy of the
+  apiserver's wrapper module (tests/e2e/go/: the same require and replace lines) that also imports
+  them; the Go build cache compiles what they share with kube-apiserver once. A module of its own,
+  because adding them to the apiserver's go.sum would change kube-apiserver's stamp and rebuild it.
+  They are cached beside kube-apiserver in ``$TRAINGUARD_E2E_CACHE/<k8s-version>/``, under its lock;
 * KWOK, Kueue and the training operator each come from a wrapper module under ``go/<name>/``
   (go.mod + tools.go + committed go.sum) and are cached in ``$TRAINGUARD_E2E_CACHE/<name>-<version>/``.
 
@@ -26,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.e2e.binaries import (
-    APISERVER_MODULE_DIR,
     DEFAULT_BUILD_TIMEOUT,
     LOCK_FILE,
     BuildError,
@@ -118,12 +119,12 @@ class Component:
 
 
 KUBE_SCHEDULER = Component(
-    "kube-scheduler", "k8s.io/kubernetes", APISERVER_MODULE_DIR, "k8s.io/kubernetes/cmd/kube-scheduler"
+    "kube-scheduler", "k8s.io/kubernetes", FLEET_GO_DIR / "kubernetes", "k8s.io/kubernetes/cmd/kube-scheduler"
 )
 KUBE_CONTROLLER_MANAGER = Component(
     "kube-controller-manager",
     "k8s.io/kubernetes",
-    APISERVER_MODULE_DIR,
+    FLEET_GO_DIR / "kubernetes",
     "k8s.io/kubernetes/cmd/kube-controller-manager",
 )
 KWOK = Component("kwok", "sigs.k8s.io/kwok", FLEET_GO_DIR / "kwok", "sigs.k8s.io/kwok/cmd/kwok")
@@ -162,6 +163,11 @@ COMPONENTS = (KUBE_SCHEDULER, KUBE_CONTROLLER_MANAGER, KWOK, KUEUE, TRAINING_OPE
 
 def ensure(component: Component, *, timeout: float | None = None) -> Path:
     """The cached binary of `component`, built first when missing or stale. Raises BuildError."""
+    if component.module == "k8s.io/kubernetes" and component.version != kubernetes_version():
+        raise BuildError(
+            f"{component.module_dir / 'go.mod'} requires k8s.io/kubernetes {component.version}, "
+            f"the apiserver's module {kubernetes_version()}: copy its require and replace lines"
+        )
     if timeout is None:
         timeout = float(os.environ.get("TRAINGUARD_E2E_BUILD_TIMEOUT", DEFAULT_BUILD_TIMEOUT))
     directory = component.directory()
@@ -239,7 +245,5 @@ def crd_dir(component: Component) -> Path:
 if __name__ == "__main__":
     wanted = sys.argv[1:] or [component.name for component in COMPONENTS]
     by_name = {component.name: component for component in COMPONENTS}
-    if kubernetes_version() != KUBE_SCHEDULER.version:
-        raise SystemExit("the scheduler's version must be the apiserver's")
     for name in wanted:
         print(f"{name}: {ensure(by_name[name])}", flush=True)

@@ -55,6 +55,9 @@ KWOK_STAGES = (
     "kustomize/stage/pod/fast/pod-delete.yaml",
 )
 KWOK_NODE_SELECTOR = "type=kwok"
+# A pod labelled so ends, as its workload would when its work is done: pod-complete's transition,
+# chosen by the test instead of by owner kind (which would end every Job pod at once).
+FINISH_LABEL = "fleet.trainguard.dev/finish"
 
 
 def _insecure_get(url: str) -> int:
@@ -162,6 +165,16 @@ def kwok_stages(directory: Path) -> Path:
     documents = []
     for relative in KWOK_STAGES:
         documents += [d for d in yaml.safe_load_all((source / relative).read_text(encoding="utf-8")) if d]
+    (finish,) = yaml.safe_load_all(
+        (source / "kustomize/stage/pod/fast/pod-complete.yaml").read_text(encoding="utf-8")
+    )
+    finish["metadata"]["name"] = "pod-finish"
+    selector = finish["spec"]["selector"]
+    selector["matchExpressions"] = [
+        e for e in selector["matchExpressions"] if e["key"] != ".metadata.ownerReferences.[].kind"
+    ]
+    selector["matchLabels"] = {FINISH_LABEL: "true"}
+    documents.append(finish)
     path = directory / "kwok-stages.yaml"
     path.write_text(yaml.safe_dump_all(documents, sort_keys=False), encoding="utf-8")
     return path
