@@ -124,6 +124,10 @@ def all_bound(jobs: dict[str, int]) -> Callable[[list[dict[str, Any]]], bool]:
     return check
 
 
+def gone(job: str) -> Callable[[list[dict[str, Any]]], bool]:
+    return lambda pods: not by_job(pods).get(job)
+
+
 def finish(fleet: Fleet, namespace: str, job: str) -> None:
     """End a job's pods as if their work were done (KWOK's pod-finish stage turns them Succeeded)."""
     for key in JOB_LABELS:
@@ -229,7 +233,7 @@ def topology(fleet: Fleet, arm: Arm, jobs: int) -> TopologyResult:
         if len(running) == running_max:
             oldest = running.pop(0)
             fleet.kubectl("delete", "pytorchjob", oldest, "-n", namespace, "--wait=false")
-            poll(fleet, namespace, lambda pods, job=oldest: not by_job(pods).get(job), f"{oldest} gone")
+            poll(fleet, namespace, gone(oldest), f"{oldest} gone")
         name = f"stream-{number:03d}"
         fleet.apply([pytorchjob(name, namespace, pods=NODES_PER_RACK, pool="training")])
         pods = poll(fleet, namespace, all_bound({name: NODES_PER_RACK}), f"{name} bound")
