@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.fleet import scenarios  # noqa: E402 - after the path the script runs from
-from tests.fleet.fleet import Arm, Fleet, side_by_side, start_fleet  # noqa: E402
+from tests.fleet.fleet import Arm, Fleet, remove_workdir, side_by_side, start_fleet  # noqa: E402
 
 
 def _ratio(pair: tuple[int, int]) -> str:
@@ -141,11 +141,15 @@ def main() -> int:
 
     before = os.getloadavg()
     print(f"load average before: {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}", file=sys.stderr)
-    fleet = start_fleet(args.nodes, workdir=Path(tempfile.mkdtemp(prefix="trainguard-fleet-bench-")))
+    workdir = Path(tempfile.mkdtemp(prefix="trainguard-fleet-bench-"))
     try:
-        out = run(fleet, args)
+        fleet = start_fleet(args.nodes, workdir=workdir)
+        try:
+            out = run(fleet, args)
+        finally:
+            fleet.stop()
     finally:
-        fleet.stop()
+        remove_workdir(workdir)
     after = os.getloadavg()
     out["loadavg_before"] = [round(x, 2) for x in before]
     out["loadavg_after"] = [round(x, 2) for x in after]

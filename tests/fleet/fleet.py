@@ -516,10 +516,8 @@ def side_by_side(fleet: Fleet, namespace: str, scenario: Callable[[Arm], T]) -> 
     return results[0], results[1]
 
 
-def keep_dir() -> bool:
-    return bool(os.environ.get("TRAINGUARD_E2E_KEEP"))
-
-
-def remove(workdir: Path) -> None:
-    if not keep_dir():
+def remove_workdir(workdir: Path) -> None:
+    """Remove a fleet's work directory, unless $TRAINGUARD_E2E_KEEP keeps it (as the control
+    plane's own directory is kept) for its logs."""
+    if not os.environ.get("TRAINGUARD_E2E_KEEP"):
         shutil.rmtree(workdir, ignore_errors=True)
