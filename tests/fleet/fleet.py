@@ -216,7 +216,7 @@ class Fleet:
         wait_until(lambda: self._mutated() == on, PROPAGATION_TIMEOUT, f"trainguard {'on' if on else 'off'}")
 
     def _mutated(self) -> bool:
-        """Does a dry-run create of a multi-node job come back with trainguard's queue label?"""
+        """Does a dry-run create of a multi-node job come back with trainguard's class label?"""
         probe = {
             "apiVersion": "batch/v1",
             "kind": "Job",
