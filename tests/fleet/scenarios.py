@@ -184,7 +184,15 @@ def gang(fleet: Fleet, arm: Arm, free_nodes: int = 2) -> GangResult:
     if arm.on:
         # Kueue has considered both and holds them: nothing of them may be bound meanwhile.
         wait_until(lambda: workloads_pending(fleet, namespace, 2), TIMEOUT, "Kueue holds both jobs")
-        poll(fleet, namespace, lambda pods: True, "a sample while held", meter=meter, watch=watch)
+        samples = iter(range(3))
+        poll(
+            fleet,
+            namespace,
+            lambda pods: next(samples, None) is None,
+            "samples while held",
+            meter=meter,
+            watch=watch,
+        )
     else:
 
         def stuck(pods: list[dict[str, Any]]) -> bool:
