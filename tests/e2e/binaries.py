@@ -126,7 +126,7 @@ class _Build:
     def stamp(self) -> str:
         """Hash of what the binary depends on; the Go toolchain's version is deliberately left out."""
         digest = hashlib.sha256()
-        for part in (self.name, self.version, self.package, self.ldflags, _build_env_key()):
+        for part in (self.name, self.version, self.package, self.ldflags, build_env_key()):
             digest.update(part.encode() + b"\0")
         for file in ("go.mod", "go.sum"):
             digest.update((self.module_dir / file).read_bytes() + b"\0")
@@ -163,13 +163,13 @@ def build_jobs() -> int:
     return max(1, min(os.cpu_count() or 1, 4))
 
 
-def _build_env() -> dict[str, str]:
+def build_env() -> dict[str, str]:
     env = {**os.environ, **_BUILD_SETTINGS}
     env["GOFLAGS"] += f" -p={build_jobs()}"
     return env
 
 
-def _build_env_key() -> str:
+def build_env_key() -> str:
     return ",".join(f"{key}={value}" for key, value in sorted(_BUILD_SETTINGS.items()))
 
 
@@ -188,7 +188,7 @@ def _build_one(build: _Build, go: str, binary: Path, stamp: str, timeout: float)
         f"{build.name} {build.version}",
         lambda partial: build.command(go, partial),
         module_dir=build.module_dir,
-        env=_build_env(),
+        env=build_env(),
         binary=binary,
         stamp=stamp,
         timeout=timeout,

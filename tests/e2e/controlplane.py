@@ -373,6 +373,11 @@ class ControlPlane:
         return self._path("kubeconfig")
 
     @property
+    def pki_dir(self) -> Path:
+        """ca.crt, the admin client certificate and the service-account key pair (sa.key, sa.pub)."""
+        return self._path("pki")
+
+    @property
     def ca_file(self) -> Path:
         """The CA that signed the API server's serving certificate and the client certificates."""
         return self._path("pki/ca.crt")
@@ -523,6 +528,11 @@ class ControlPlane:
     def status(self, path: str) -> int:
         """Status code of a GET on the API server as admin (0 when it does not answer)."""
         return self._get(path)[0]
+
+    def get_text(self, path: str) -> str | None:
+        """The body of a GET on the API server as admin (its /metrics, say); None unless 200."""
+        code, body = self._get(path)
+        return body.decode("utf-8", errors="replace") if code == 200 else None
 
     def get_json(self, path: str) -> Any:
         """The decoded body of a GET on the API server as admin; None unless it answers 200."""

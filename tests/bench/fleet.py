@@ -1,0 +1,171 @@
+"""The fleet, side by side: what trainguard's decisions do, with trainguard on and off.
+
+Starts the fleet of tests/fleet (kube-apiserver + etcd, kube-scheduler, kube-controller-manager,
+KWOK nodes with 8 GPUs each, Kueue, the training operator, trainguard) and runs its scenarios in
+both arms, then prints one JSON line:
+
+* ``partial_gpu_seconds_on/off``: GPU-seconds held by bound pods of jobs that also had a pod the
+  scheduler could not place (a 4-pod PyTorchJob and a 4-pod indexed Job arriving when 2 nodes are
+  free, until the blocker finishes); ``gang_bound_before_fit_on/off``: their pods bound meanwhile;
+* ``same_rack_share_on/off``: the share of a stream of 4-node class B PyTorchJobs whose pods share
+  one rack;
+* ``pool_violations_on/off``: training pods bound on inference nodes and the reverse;
+* ``member_pods_agree`` and ``operator_env_agree`` ("k/n"): pods of the Job controller and the
+  training operator decided as members of their workload, and the ``PET_*`` the operator injects
+  equal to what trainguard derived;
+* ``agents_ready`` ("k/n"): a DaemonSet's pods Ready on every node while trainguard is stopped;
+* ``burst_seconds_on/off``: a burst of `--jobs` queued indexed Jobs (4 pods of 2 GPUs each, their
+  own queue label so that Kueue acts in both arms), seconds from `kubectl apply` to every pod
+  bound; the median of `--rounds` rounds, the arms alternating; ``burst_ratio`` is on / off;
+* ``admission_ms``: per trainguard webhook, p50 and p99 of the API server's own
+  ``apiserver_admission_webhook_admission_duration_seconds`` over the "on" bursts;
+* ``loadavg_before/after``: `os.getloadavg()` (the machine is shared; quote it with the figures).
+
+    python tests/bench/fleet.py [--quick] [--nodes N] [--jobs N] [--topology-jobs N] [--rounds N]
+
+`--quick` (20 nodes, 12 burst jobs, 6 topology jobs, 2 rounds) takes a few minutes once the
+binaries are built (the first run builds them: see tests/fleet/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.fleet import scenarios  # noqa: E402 - after the path the script runs from
+from tests.fleet.fleet import Arm, Fleet, layout, remove_workdir, side_by_side, start_fleet  # noqa: E402
+from tests.fleet.scenarios import burst_capacity  # noqa: E402
+
+
+def _ratio(pair: tuple[int, int]) -> str:
+    return f"{pair[0]}/{pair[1]}"
+
+
+def run(fleet: Fleet, args: argparse.Namespace) -> dict[str, object]:
+    out: dict[str, object] = {"nodes": len(fleet.nodes), "training_nodes": len(fleet.training_nodes)}
+
+    gang = side_by_side(fleet, "fleet-gang", lambda arm: scenarios.gang(fleet, arm))
+    for result, label in zip(gang, ("on", "off"), strict=True):
+        out[f"partial_gpu_seconds_{label}"] = round(result.partial_gpu_seconds, 1)
+        out[f"gang_bound_before_fit_{label}"] = result.bound_before_fit
+
+    topology = side_by_side(
+        fleet, "fleet-topology", lambda arm: scenarios.topology(fleet, arm, args.topology_jobs)
+    )
+    out["same_rack_share_on"] = round(topology[0].same_rack_share, 3)
+    out["same_rack_share_off"] = round(topology[1].same_rack_share, 3)
+
+    pools = side_by_side(fleet, "fleet-pools", lambda arm: scenarios.pools(fleet, arm))
+    out["pool_violations_on"] = pools[0].violations
+    out["pool_violations_off"] = pools[1].violations
+
+    fleet.trainguard(on=True)
+    try:
+        members = scenarios.members(fleet, "fleet-members")
+    finally:
+        fleet.clear("fleet-members")
+    out["member_pods_agree"] = _ratio(members.member_pods_agree)
+    out["operator_env_agree"] = _ratio(members.operator_env_agree)
+
+    try:
+        agents = scenarios.node_agents(fleet, "fleet-agents")
+    finally:
+        fleet.clear("fleet-agents")
+    out["agents_ready"] = f"{agents.ready}/{agents.nodes}"
+
+    seconds: dict[bool, list[float]] = {True: [], False: []}
+    histograms: dict[str, dict[float, float]] = {}
+    for number in range(args.rounds):
+        # Alternate which arm goes first, so that neither always meets a warmer cluster.
+        for on in (True, False) if number % 2 == 0 else (False, True):
+            fleet.trainguard(on=on)
+            try:
+                burst = scenarios.burst(fleet, Arm(on, "fleet-burst"), jobs=args.jobs)
+            finally:
+                fleet.clear("fleet-burst")
+            seconds[on].append(burst.seconds)
+            if on:
+                for name, buckets in burst.histograms.items():
+                    merged = histograms.setdefault(name, {})
+                    for le, count in buckets.items():
+                        merged[le] = merged.get(le, 0.0) + count
+    fleet.trainguard(on=True)
+    on_s, off_s = statistics.median(seconds[True]), statistics.median(seconds[False])
+    out["burst_jobs"] = args.jobs
+    out["burst_pods"] = args.jobs * 4
+    out["burst_seconds_on"] = round(on_s, 2)
+    out["burst_seconds_off"] = round(off_s, 2)
+    out["burst_seconds_all"] = {
+        "on": [round(s, 2) for s in seconds[True]],
+        "off": [round(s, 2) for s in seconds[False]],
+    }
+    out["burst_ratio"] = round(on_s / off_s, 3) if off_s else None
+    admission: dict[str, dict[str, float | None]] = {}
+    for name, buckets in sorted(histograms.items()):
+        if "trainguard" not in name:
+            continue
+        p50, p99 = scenarios.quantile(buckets, 0.5), scenarios.quantile(buckets, 0.99)
+        admission[name] = {
+            "calls": max(buckets.values(), default=0.0),
+            "p50": round(p50 * 1000, 2) if p50 is not None else None,
+            "p99": round(p99 * 1000, 2) if p99 is not None else None,
+        }
+    out["admission_ms"] = admission
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="20 nodes, 12 burst jobs, 6 topology jobs, 2 rounds"
+    )
+    parser.add_argument("--nodes", type=int, help="KWOK nodes (default 100; 20 with --quick)")
+    parser.add_argument("--jobs", type=int, help="jobs in each burst (default 40; 12 with --quick)")
+    parser.add_argument(
+        "--topology-jobs", type=int, help="jobs in the topology stream (default 12; 6 with --quick)"
+    )
+    parser.add_argument("--rounds", type=int, help="burst rounds per arm (default 5; 2 with --quick)")
+    args = parser.parse_args()
+    quick = args.quick
+    args.nodes = args.nodes or (20 if quick else 100)
+    args.jobs = args.jobs or (12 if quick else 40)
+    args.topology_jobs = args.topology_jobs or (6 if quick else 12)
+    args.rounds = args.rounds or (2 if quick else 5)
+    try:
+        nodes = layout(args.nodes)
+    except ValueError as error:
+        parser.error(f"--nodes {args.nodes}: {error}")
+    capacity = burst_capacity(sum(n.pool == "training" for n in nodes))
+    if not 1 <= args.jobs <= capacity:
+        parser.error(f"--jobs {args.jobs}: a burst on {args.nodes} nodes holds 1 to {capacity} jobs")
+    if args.topology_jobs < 1 or args.rounds < 1:
+        parser.error("--topology-jobs and --rounds must be at least 1")
+
+    before = os.getloadavg()
+    print(f"load average before: {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}", file=sys.stderr)
+    workdir = Path(tempfile.mkdtemp(prefix="trainguard-fleet-bench-"))
+    try:
+        fleet = start_fleet(args.nodes, workdir=workdir)
+        try:
+            out = run(fleet, args)
+        finally:
+            fleet.stop()
+    finally:
+        remove_workdir(workdir)
+    after = os.getloadavg()
+    out["loadavg_before"] = [round(x, 2) for x in before]
+    out["loadavg_after"] = [round(x, 2) for x in after]
+    print(json.dumps(out, sort_keys=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
