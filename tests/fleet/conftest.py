@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from .fleet import Fleet, start_fleet
+from .recovery import recovery_block
 
 FLEET_DIR = Path(__file__).resolve().parent
 DEFAULT_NODES = 20
@@ -31,7 +32,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     nodes = int(os.environ.get("TRAINGUARD_FLEET_NODES", DEFAULT_NODES))
-    started = start_fleet(nodes, workdir=tmp_path_factory.mktemp("fleet"))
+    started = start_fleet(nodes, workdir=tmp_path_factory.mktemp("fleet"), recovery=recovery_block())
     try:
         yield started
     finally:
