@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.fleet import scenarios  # noqa: E402 - after the path the script runs from
-from tests.fleet.fleet import Arm, Fleet, arms, start_fleet  # noqa: E402
+from tests.fleet.fleet import Arm, Fleet, side_by_side, start_fleet  # noqa: E402
 
 
 def _ratio(pair: tuple[int, int]) -> str:
@@ -51,23 +51,20 @@ def _ratio(pair: tuple[int, int]) -> str:
 def run(fleet: Fleet, args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {"nodes": len(fleet.nodes), "training_nodes": len(fleet.training_nodes)}
 
-    gang = {r.on: r for r in (scenarios.gang(fleet, arm) for arm in arms(fleet, "fleet-gang"))}
-    for on, label in ((True, "on"), (False, "off")):
-        out[f"partial_gpu_seconds_{label}"] = round(gang[on].partial_gpu_seconds, 1)
-        out[f"gang_bound_before_fit_{label}"] = gang[on].bound_before_fit
+    gang = side_by_side(fleet, "fleet-gang", lambda arm: scenarios.gang(fleet, arm))
+    for result, label in zip(gang, ("on", "off"), strict=True):
+        out[f"partial_gpu_seconds_{label}"] = round(result.partial_gpu_seconds, 1)
+        out[f"gang_bound_before_fit_{label}"] = result.bound_before_fit
 
-    topology = {
-        r.on: r
-        for r in (
-            scenarios.topology(fleet, arm, jobs=args.topology_jobs) for arm in arms(fleet, "fleet-topology")
-        )
-    }
-    out["same_rack_share_on"] = round(topology[True].same_rack_share, 3)
-    out["same_rack_share_off"] = round(topology[False].same_rack_share, 3)
+    topology = side_by_side(
+        fleet, "fleet-topology", lambda arm: scenarios.topology(fleet, arm, args.topology_jobs)
+    )
+    out["same_rack_share_on"] = round(topology[0].same_rack_share, 3)
+    out["same_rack_share_off"] = round(topology[1].same_rack_share, 3)
 
-    pools = {r.on: r for r in (scenarios.pools(fleet, arm) for arm in arms(fleet, "fleet-pools"))}
-    out["pool_violations_on"] = pools[True].violations
-    out["pool_violations_off"] = pools[False].violations
+    pools = side_by_side(fleet, "fleet-pools", lambda arm: scenarios.pools(fleet, arm))
+    out["pool_violations_on"] = pools[0].violations
+    out["pool_violations_off"] = pools[1].violations
 
     fleet.trainguard(on=True)
     try:

@@ -22,6 +22,7 @@ import fcntl
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -48,11 +49,11 @@ FLEET_GO_DIR = Path(__file__).resolve().parent / "go"
 
 @dataclass(frozen=True)
 class Patch:
-    """One literal substitution in a module's source file, applied at build time with
-    `go build -overlay` (the module cache stays untouched). Used only where an upstream binary
-    hard-codes something that cannot run out of cluster on 127.0.0.1 and offers no flag for it."""
+    """One literal substitution in the source of a component's main package, applied to a copy at
+    build time (`Component.build_site`). Used only where an upstream binary hard-codes something
+    that cannot run out of cluster on 127.0.0.1 and offers no flag for it."""
 
-    file: str  # relative to the module's source directory
+    file: str  # relative to the module's source directory, in the main package
     old: str
     new: str
     why: str
@@ -95,27 +96,32 @@ class Component:
             digest.update(f"{patch.file}\0{patch.old}\0{patch.new}\0".encode())
         return digest.hexdigest()
 
-    def overlay(self, directory: Path) -> list[str]:
-        """`-overlay FILE` arguments for go build, with the patched sources written to `directory`."""
+    def build_site(self, directory: Path) -> tuple[Path, str]:
+        """Where to run `go build` and which package: the wrapper module as it is, or, with patches,
+        a copy of it in `directory` whose own main package is upstream's, patched. (Go refuses
+        `-overlay` for files in the module cache, and the module cache must stay untouched.)"""
         if not self.patches:
-            return []
-        source = module_source(self)
-        replace: dict[str, str] = {}
-        patched: dict[Path, str] = {}
+            return self.module_dir, self.package
+        package_dir = module_source(self) / self.package.removeprefix(self.module).lstrip("/")
+        texts = {
+            path.name: path.read_text(encoding="utf-8")
+            for path in package_dir.glob("*.go")
+            if not path.name.endswith("_test.go")
+        }
         for patch in self.patches:
-            path = source / patch.file
-            text = patched.get(path) or path.read_text(encoding="utf-8")
+            text = texts.get(Path(patch.file).name, "")
             if text.count(patch.old) != 1:
-                raise BuildError(f"{path} no longer holds exactly one {patch.old!r}: update the patch")
-            patched[path] = text.replace(patch.old, patch.new)
-        directory.mkdir(parents=True, exist_ok=True)
-        for number, (path, text) in enumerate(sorted(patched.items())):
-            copy = directory / f"{number}-{path.name}"
-            copy.write_text(text, encoding="utf-8")
-            replace[str(path)] = str(copy)
-        overlay = directory / "overlay.json"
-        overlay.write_text(json.dumps({"Replace": replace}), encoding="utf-8")
-        return ["-overlay", str(overlay)]
+                raise BuildError(
+                    f"{package_dir / Path(patch.file).name} no longer holds exactly one {patch.old!r}"
+                )
+            texts[Path(patch.file).name] = text.replace(patch.old, patch.new)
+        shutil.rmtree(directory, ignore_errors=True)
+        (directory / "main").mkdir(parents=True)
+        for name in ("go.mod", "go.sum"):
+            shutil.copyfile(self.module_dir / name, directory / name)
+        for name, text in texts.items():
+            (directory / "main" / name).write_text(text, encoding="utf-8")
+        return directory, "./main"
 
 
 KUBE_SCHEDULER = Component(
@@ -144,6 +150,10 @@ KUEUE = Component(
         ),
     ),
 )
+# Set, the training operator serves its webhook from this directory (the fleet's certificate for
+# 127.0.0.1) instead of running its certificate rotator, which only works where a kubelet mounts
+# the rotator's Secret at a fixed path under /tmp.
+TRAINING_OPERATOR_CERT_DIR = "TRAINING_OPERATOR_CERT_DIR"
 TRAINING_OPERATOR = Component(
     "training-operator",
     "github.com/kubeflow/training-operator",
@@ -153,8 +163,34 @@ TRAINING_OPERATOR = Component(
         Patch(
             "cmd/training-operator.v1/main.go",
             "Port: webhookServerPort,",
-            'Port: webhookServerPort, Host: "127.0.0.1",',
-            "its webhook server has a port flag but no host flag and would listen on every interface",
+            f'Port: webhookServerPort, Host: "127.0.0.1", CertDir: os.Getenv("{TRAINING_OPERATOR_CERT_DIR}"),',
+            "its webhook server has a port flag but no host or certificate-directory flag",
+        ),
+        Patch(
+            "cmd/training-operator.v1/main.go",
+            "\tdefer close(certsReady)\n",
+            "",
+            "manageCerts closes it when the rotator does not run",
+        ),
+        Patch(
+            "cmd/training-operator.v1/main.go",
+            "if err = cert.ManageCerts(mgr, certGenerationConfig, certsReady); err != nil {",
+            "if err = manageCerts(mgr, certGenerationConfig, certsReady); err != nil {",
+            "the rotator waits forever for a Secret volume out of cluster",
+        ),
+        Patch(
+            "cmd/training-operator.v1/main.go",
+            "func setupControllers(",
+            f"""func manageCerts(mgr ctrl.Manager, config cert.Config, ready chan struct{{}}) error {{
+\tif os.Getenv("{TRAINING_OPERATOR_CERT_DIR}") != "" {{
+\t\tclose(ready)
+\t\treturn nil
+\t}}
+\treturn cert.ManageCerts(mgr, config, ready)
+}}
+
+func setupControllers(""",
+            "see the patch above",
         ),
     ),
 )
@@ -181,20 +217,20 @@ def ensure(component: Component, *, timeout: float | None = None) -> Path:
         acquire_build_lock(lock.fileno(), 3 * timeout)
         try:
             if not up_to_date(binary, stamp):
+                site, package = component.build_site(directory / "src")
                 go_build(
                     f"{component.name} {component.version}",
                     lambda partial: [
                         find_go(),
                         "build",
-                        *component.overlay(directory / "overlay"),
                         "-trimpath",
                         "-ldflags",
                         component.ldflags(),
                         "-o",
                         str(partial),
-                        component.package,
+                        package,
                     ],
-                    module_dir=component.module_dir,
+                    module_dir=site,
                     env=build_env(),
                     binary=binary,
                     stamp=stamp,

@@ -25,10 +25,10 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -59,6 +59,7 @@ from .binaries import (
     module_source,
 )
 
+T = TypeVar("T")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 POOL_KEY = "trainguard.dev/pool"
 RACK_KEY = "cloud.provider.com/topology-rack"
@@ -428,8 +429,10 @@ def start_fleet(
         )
         fleet.components["kwok"] = processes.start_kwok(plane, built["kwok"], logs)
         wait_until(lambda: _ready_nodes(fleet) == len(nodes), timeout, f"{len(nodes)} KWOK nodes Ready")
+        operator_certs = workdir / "training-operator-certs"
+        _serving_certs(operator_certs, "training-operator-webhook")
         fleet.components["training-operator"] = processes.start_training_operator(
-            plane, built["training-operator"], logs, timeout
+            plane, built["training-operator"], logs, operator_certs, timeout
         )
 
         kueue_certs = workdir / "kueue-certs"
@@ -478,10 +481,15 @@ def _applied(fleet: Fleet, objects: list[dict[str, Any]]) -> bool:
 
 
 def _ready_nodes(fleet: Fleet) -> int:
+    """Nodes Ready and rid of the not-ready taint (node lifecycle lifts it): schedulable."""
     ready = 0
     for node in fleet.items("nodes"):
         conditions = node.get("status", {}).get("conditions") or []
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        taints = {t.get("key") for t in node.get("spec", {}).get("taints") or []}
+        if (
+            any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            and "node.kubernetes.io/not-ready" not in taints
+        ):
             ready += 1
     return ready
 
@@ -502,15 +510,20 @@ class Arm:
     namespace: str
 
 
-def arms(fleet: Fleet, namespace: str) -> Iterator[Arm]:
-    """trainguard on, then off (each arm cleaned after), then on again for whatever follows."""
-    for on in (True, False):
-        fleet.trainguard(on=on)
-        try:
-            yield Arm(on, namespace)
-        finally:
-            fleet.clear(namespace)
-    fleet.trainguard(on=True)
+def side_by_side(fleet: Fleet, namespace: str, scenario: Callable[[Arm], T]) -> tuple[T, T]:
+    """`scenario` with trainguard on, then off, the namespace cleaned after each; trainguard is
+    on again afterwards."""
+    results = []
+    try:
+        for on in (True, False):
+            fleet.trainguard(on=on)
+            try:
+                results.append(scenario(Arm(on, namespace)))
+            finally:
+                fleet.clear(namespace)
+    finally:
+        fleet.trainguard(on=True)
+    return results[0], results[1]
 
 
 def keep_dir() -> bool:

@@ -28,23 +28,28 @@ from tests.e2e.controlplane import (
     free_port,
 )
 
-from .binaries import KWOK, module_source
+from .binaries import KWOK, TRAINING_OPERATOR_CERT_DIR, module_source
 
-# What the Job, DaemonSet and garbage-collection tests need, and the namespace and service-account
-# controllers a cluster takes for granted; nothing that would act on simulated nodes (node
-# lifecycle, taint eviction): KWOK keeps their leases fresh, but a loaded machine must not make
-# the control plane evict pods from nodes it thinks are late.
-CONTROLLERS = (
-    "job",
-    "daemonset",
-    "replicaset",
-    "deployment",
-    "garbage-collector",
-    "namespace",
-    "serviceaccount",
-    "serviceaccount-token",
-    "podgc",
-    "ttl-after-finished",
+# What the Job, DaemonSet and garbage-collection scenarios need, the namespace and service-account
+# controllers a cluster takes for granted, and node lifecycle, which lifts the not-ready taint the
+# API server puts on every new Node once KWOK reports it Ready. Taint eviction is left out: a
+# loaded machine must not make the control plane evict pods from a node whose lease came late.
+CONTROLLERS = tuple(
+    f"{name}-controller"
+    for name in (
+        "job",
+        "daemonset",
+        "replicaset",
+        "deployment",
+        "garbage-collector",
+        "namespace",
+        "node-lifecycle",
+        "serviceaccount",
+        "serviceaccount-token",
+        "root-ca-certificate-publisher",
+        "pod-garbage-collector",
+        "ttl-after-finished",
+    )
 )
 # Stages from KWOK's own kustomize/stage tree: nodes become Ready, pods Running and Ready and are
 # deleted when asked. pod-complete is left out: a training pod runs until its job is deleted.
@@ -150,6 +155,8 @@ def start_controller_manager(plane: ControlPlane, binary: Path, workdir: Path, t
         "--kube-api-qps=500",
         "--kube-api-burst=1000",
         "--concurrent-job-syncs=10",
+        # KWOK renews leases every 40 s / 4; a busy machine gets minutes, not seconds, of slack.
+        "--node-monitor-grace-period=180s",
     ]
     process = _Process(
         "kube-controller-manager", argv, workdir / "kube-controller-manager.log", clean_environment()
@@ -199,12 +206,15 @@ def start_kwok(plane: ControlPlane, binary: Path, workdir: Path) -> Component:
     return Component(process, "")
 
 
-def start_training_operator(plane: ControlPlane, binary: Path, workdir: Path, timeout: float) -> Component:
+def start_training_operator(
+    plane: ControlPlane, binary: Path, workdir: Path, certs: Path, timeout: float
+) -> Component:
+    """`certs` holds tls.crt and tls.key for 127.0.0.1 (its webhook, which the fleet does not register)."""
     probe = free_port()
     env = clean_environment()
     env["KUBECONFIG"] = str(plane.kubeconfig)
-    # Where its certificate rotator keeps the webhook Secret; the namespace must exist.
     env["MY_POD_NAMESPACE"] = "kubeflow"
+    env[TRAINING_OPERATOR_CERT_DIR] = str(certs)
     argv = [
         str(binary),
         "--enable-scheme=pytorchjob",

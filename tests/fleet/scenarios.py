@@ -332,7 +332,7 @@ def _decisions(fleet: Fleet, namespace: str) -> dict[tuple[str, str], str]:
             continue
         if (
             record.get("msg") == "admission"
-            and record.get("endpoint") == "/validate"
+            and record.get("endpoint") == "validate"
             and record.get("operation") == "CREATE"
             and record.get("namespace") == namespace
             and not record.get("dry_run")

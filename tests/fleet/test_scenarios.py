@@ -7,11 +7,14 @@ from __future__ import annotations
 import pytest
 
 from . import scenarios
-from .fleet import Arm, Fleet, arms
+from .fleet import Arm, Fleet, side_by_side
+
+# Each scenario runs twice on a loaded machine: bounded by its own waits, not by the suite's 300 s.
+pytestmark = pytest.mark.timeout(1800)
 
 
 def test_gang_binds_nothing_until_the_whole_job_fits_and_partially_without(fleet: Fleet) -> None:
-    on, off = (scenarios.gang(fleet, arm) for arm in arms(fleet, "fleet-gang"))
+    on, off = side_by_side(fleet, "fleet-gang", lambda arm: scenarios.gang(fleet, arm))
 
     assert on.bound_before_fit == dict.fromkeys(on.sizes, 0), "with trainguard, Kueue held each job whole"
     assert on.bound_after == on.sizes
@@ -24,14 +27,14 @@ def test_gang_binds_nothing_until_the_whole_job_fits_and_partially_without(fleet
 
 
 def test_topology_keeps_each_class_b_job_in_one_rack(fleet: Fleet) -> None:
-    on, off = (scenarios.topology(fleet, arm, jobs=6) for arm in arms(fleet, "fleet-topology"))
+    on, off = side_by_side(fleet, "fleet-topology", lambda arm: scenarios.topology(fleet, arm, jobs=6))
 
     assert on.same_rack_share >= 0.9, on.racks
     assert on.same_rack_share > off.same_rack_share, (on.racks, off.racks)
 
 
 def test_pools_keep_training_off_the_inference_nodes(fleet: Fleet) -> None:
-    on, off = (scenarios.pools(fleet, arm) for arm in arms(fleet, "fleet-pools"))
+    on, off = side_by_side(fleet, "fleet-pools", lambda arm: scenarios.pools(fleet, arm))
 
     assert (on.training_on_inference, on.inference_on_training) == (0, 0)
     assert on.bound_training == len(fleet.training_nodes), "the training pool's quota is used in full"
