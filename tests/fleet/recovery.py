@@ -35,7 +35,9 @@ PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 TIER_LABEL = "trainguard.dev/tier"
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 API = "kueue.x-k8s.io/v1beta2"
-# Compressed time: a production cooldown of minutes is seconds here.
+# Compressed time: a production minute is a second here (cooldowns, settle times, checkpoint
+# intervals: a job declaring checkpoints every 20m checkpoints every 20 s of Running).
+COMPRESSION = 60.0
 COOLDOWN = 5.0
 SETTLE = 3.0
 MAX_GATED = 90.0
@@ -167,7 +169,8 @@ def _active(fleet: Fleet) -> int:
 def job(
     name: str, namespace: str, *, pods: int, priority: str, tier: str, checkpoint: float = 20.0
 ) -> dict[str, Any]:
-    """An indexed batch Job of `pods` 8-GPU torchrun workers in the namespace's recovery queue."""
+    """An indexed batch Job of `pods` 8-GPU torchrun workers in the namespace's recovery queue,
+    checkpointing every `checkpoint` compressed seconds (declared in production minutes)."""
     command = ["torchrun", f"--nnodes={pods}", f"--nproc-per-node={GPUS_PER_NODE}", "train.py"]
     return {
         "apiVersion": "batch/v1",
@@ -177,7 +180,7 @@ def job(
             "namespace": namespace,
             "labels": {QUEUE_LABEL: LOCAL_QUEUE, PRIORITY_LABEL: priority, TIER_LABEL: tier},
             "annotations": {
-                "trainguard.dev/checkpoint-interval": f"{checkpoint:g}s",
+                "trainguard.dev/checkpoint-interval": f"{checkpoint * COMPRESSION / 60:g}m",
                 "trainguard.dev/checkpoint-uri": f"s3://checkpoints/{namespace}/{name}",
                 "trainguard.dev/checkpoint-owner": "ml-platform",
             },
@@ -191,6 +194,8 @@ def job(
                 "metadata": {"labels": {TIER_LABEL: tier}},
                 "spec": {
                     "restartPolicy": "Never",
+                    # The checkpoint contract's time to save on SIGTERM.
+                    "terminationGracePeriodSeconds": 60,
                     "tolerations": [toleration("training")],
                     "containers": [
                         {
