@@ -289,13 +289,18 @@ class Observer:
         self.ungated_after_eviction: set[str] = set()  # pods of evicted jobs created without the gate
         self.partial_gates: set[str] = set()  # jobs seen with some pods released and others gated
         self.evicted: dict[str, int] = {}  # job -> evictions Kueue counted
+        # Jobs seen with gated pods while Kueue had admitted their Workload (its quota reserved).
+        self.gated_while_admitted: set[str] = set()
         self._evicted_at: dict[str, datetime] = {}  # job -> when we first saw its latest eviction
 
     def sample(self) -> list[dict[str, Any]]:
         pods: list[dict[str, Any]] = []
+        holding: set[str] = set()
         for namespace in self.namespaces:
             for workload in self.fleet.items("workloads.kueue.x-k8s.io", namespace):
                 name = f"{namespace}/{job_of_workload(workload)}"
+                if admitted(workload):
+                    holding.add(name)
                 count = evictions(workload)
                 if count > self.evicted.get(name, 0):
                     self._evicted_at[name] = datetime.now(UTC)
@@ -313,6 +318,8 @@ class Observer:
                 if evicted_at is not None and created is not None and created > evicted_at:
                     self.ungated_after_eviction.add(f"{meta['namespace']}/{meta['name']}")
                 continue
+            if is_gated(pod) and job in holding:
+                self.gated_while_admitted.add(job)
             annotations = meta.get("annotations") or {}
             key = (job, str(annotations.get(WORKLOAD)))
             comeback = self.comebacks.setdefault(key, Resumed(job, str(annotations.get(QUEUE))))

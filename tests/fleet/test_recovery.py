@@ -58,6 +58,9 @@ def test_priority_preemption_comes_back_through_the_gate_one_workload_at_a_time(
     assert_governed(outcome, {f"{ns}/spot-a", f"{ns}/spot-b"})
     # Both came back to one queue: the second was released only once the first had settled.
     assert len(observer.comebacks) == 2
+    # Kueue admitted each before its pods existed: the gate holds pods whose quota is reserved
+    # (the second one waits at least the settle time; the first may be released at once).
+    assert observer.gated_while_admitted, "no job seen gated while its Workload was admitted"
     assert observer.max_resuming(recovery.SETTLE) == {f"{ns}/{recovery.LOCAL_QUEUE}": 1}
 
 
