@@ -234,7 +234,8 @@ def simulate(
             g_queue.pop(0)
         tot.guaranteed_wait += len(g_queue) * dt / HOUR
 
-        # Preemptible jobs start: resumed-and-ungated first (Kueue requeues them at their old place).
+        # Preemptible jobs start in Kueue's BestEffortFIFO order: priority first, then creation (a
+        # requeued job keeps its creation time, so it goes back to its old place).
         resuming = sum(
             1
             for j in active
@@ -244,7 +245,7 @@ def simulate(
             and t - j.started < p.max_gated
         )
         candidates = [j for j in active if j.state in ("queued", "gated")]
-        candidates.sort(key=lambda j: (not j.resumed, j.arrive, j.ident))
+        candidates.sort(key=lambda j: (-priority(j, resume_priority), j.arrive, j.ident))
         for j in candidates:
             if j.state == "gated":
                 assert j.evicted_at is not None

@@ -62,3 +62,18 @@ def test_the_thrash_window_is_a_parameter() -> None:
         return simulate(p, TRACE, gate=False, suggested_rate=None).thrash
 
     assert (thrash(60.0), thrash(30.0)) == (1, 0)
+
+
+@pytest.mark.parametrize("gate", [False, True], ids=["no-gate", "gate"])
+def test_waiting_jobs_are_admitted_in_priority_order_as_kueue_does(gate: bool) -> None:
+    """Two jobs wait for a pool that holds one: Kueue admits the higher priority first, so nobody
+    is preempted (admitting the first created would have the other preempt it at once)."""
+    trace = Trace(
+        guaranteed=[],
+        preemptible=[
+            PJob(0, 16, 1e9, 30.0, 600.0, 0.0, level=0),
+            PJob(1, 16, 1e9, 30.0, 600.0, 0.0, level=2),
+        ],
+    )
+    p = Params(pool=16, days=600 / 86400, step=10.0, backlog=2, restart=10.0, load=0.0)
+    assert simulate(p, trace, gate=gate, suggested_rate=None).preemptions == 0
