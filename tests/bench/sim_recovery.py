@@ -11,7 +11,8 @@ that comes back into a gap only to be preempted again pays both again). Six runs
 same arrivals in each:
 
     no gate      a preempted job is requeued at once, at its old place and priority (Kueue's default
-                 BestEffortFIFO: it keeps its creation time, so it goes first)
+                 BestEffortFIFO orders waiting jobs by priority, then creation time, which a
+                 requeued job keeps)
     gate         trainguard's resume gate: it waits `--cooldown` after its preemption, at most
                  `--max-resuming` resumed jobs restart at once (until `--settle` after they train
                  again), and a job is never gated longer than `--max-gated`; jobs keep their priority.
