@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.fleet import scenarios  # noqa: E402 - after the path the script runs from
-from tests.fleet.fleet import Arm, Fleet, side_by_side, start_fleet  # noqa: E402
+from tests.fleet.fleet import Arm, Fleet, remove_workdir, side_by_side, start_fleet  # noqa: E402
 
 
 def _ratio(pair: tuple[int, int]) -> str:
@@ -87,12 +87,12 @@ def run(fleet: Fleet, args: argparse.Namespace) -> dict[str, object]:
         for on in (True, False) if number % 2 == 0 else (False, True):
             fleet.trainguard(on=on)
             try:
-                result = scenarios.burst(fleet, Arm(on, "fleet-burst"), jobs=args.jobs)
+                burst = scenarios.burst(fleet, Arm(on, "fleet-burst"), jobs=args.jobs)
             finally:
                 fleet.clear("fleet-burst")
-            seconds[on].append(result.seconds)
+            seconds[on].append(burst.seconds)
             if on:
-                for name, buckets in result.histograms.items():
+                for name, buckets in burst.histograms.items():
                     merged = histograms.setdefault(name, {})
                     for le, count in buckets.items():
                         merged[le] = merged.get(le, 0.0) + count
@@ -131,21 +131,25 @@ def main() -> int:
     parser.add_argument(
         "--topology-jobs", type=int, help="jobs in the topology stream (default 12; 6 with --quick)"
     )
-    parser.add_argument("--rounds", type=int, help="burst rounds per arm (default 3; 2 with --quick)")
+    parser.add_argument("--rounds", type=int, help="burst rounds per arm (default 5; 2 with --quick)")
     args = parser.parse_args()
     quick = args.quick
     args.nodes = args.nodes or (20 if quick else 100)
     args.jobs = args.jobs or (12 if quick else 40)
     args.topology_jobs = args.topology_jobs or (6 if quick else 12)
-    args.rounds = args.rounds or (2 if quick else 3)
+    args.rounds = args.rounds or (2 if quick else 5)
 
     before = os.getloadavg()
     print(f"load average before: {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}", file=sys.stderr)
-    fleet = start_fleet(args.nodes, workdir=Path(tempfile.mkdtemp(prefix="trainguard-fleet-bench-")))
+    workdir = Path(tempfile.mkdtemp(prefix="trainguard-fleet-bench-"))
     try:
-        out = run(fleet, args)
+        fleet = start_fleet(args.nodes, workdir=workdir)
+        try:
+            out = run(fleet, args)
+        finally:
+            fleet.stop()
     finally:
-        fleet.stop()
+        remove_workdir(workdir)
     after = os.getloadavg()
     out["loadavg_before"] = [round(x, 2) for x in before]
     out["loadavg_after"] = [round(x, 2) for x in after]

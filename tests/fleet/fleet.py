@@ -219,7 +219,7 @@ class Fleet:
         wait_until(lambda: self._mutated() == on, PROPAGATION_TIMEOUT, f"trainguard {'on' if on else 'off'}")
 
     def _mutated(self) -> bool:
-        """Does a dry-run create of a multi-node job come back with trainguard's queue label?"""
+        """Does a dry-run create of a multi-node job come back with trainguard's class label?"""
         probe = {
             "apiVersion": "batch/v1",
             "kind": "Job",
@@ -526,10 +526,8 @@ def side_by_side(fleet: Fleet, namespace: str, scenario: Callable[[Arm], T]) -> 
     return results[0], results[1]
 
 
-def keep_dir() -> bool:
-    return bool(os.environ.get("TRAINGUARD_E2E_KEEP"))
-
-
-def remove(workdir: Path) -> None:
-    if not keep_dir():
+def remove_workdir(workdir: Path) -> None:
+    """Remove a fleet's work directory, unless $TRAINGUARD_E2E_KEEP keeps it (as the control
+    plane's own directory is kept) for its logs."""
+    if not os.environ.get("TRAINGUARD_E2E_KEEP"):
         shutil.rmtree(workdir, ignore_errors=True)
