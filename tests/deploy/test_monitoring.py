@@ -295,6 +295,7 @@ def test_the_alerts_the_operators_need_are_there() -> None:
             "TrainguardWebhookSlow",
             "TrainguardCertificateExpiringSoon",
             "TrainguardReloadFailing",
+            "TrainguardResumeBoundReached",
         ]
     )
     # Half of the shipped webhook timeout (5 s): the margin the slow-webhook alert leaves.
