@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from webhook.recovery.plan import GATE, LABEL, QUEUE, RELEASED_AT, WORKLOAD, parse_time
+from webhook.recovery.plan import EVICTED_AT, GATE, LABEL, QUEUE, RELEASED_AT, parse_time
 
 from .fleet import FLAVOR, GPUS_PER_NODE, QUEUE_LABEL, Fleet, wait_until
 from .processes import FINISH_LABEL
@@ -278,14 +278,14 @@ class Resumed:
 class Observer:
     """Polls the recovery namespaces and keeps what the gate did, per job and per comeback.
 
-    A comeback is keyed by the job and the creation of its pods' generation: a job evicted twice
-    comes back twice with new pods.
+    A comeback is keyed by the job and the eviction its pods were gated for (the eviction time the
+    mutation wrote on them): a job evicted twice comes back twice, with new pods each time.
     """
 
     def __init__(self, fleet: Fleet, namespaces: Iterable[str]) -> None:
         self.fleet = fleet
         self.namespaces = tuple(namespaces)
-        self.comebacks: dict[tuple[str, str], Resumed] = {}  # (job, resume-workload key) -> comeback
+        self.comebacks: dict[tuple[str, str], Resumed] = {}  # (job, evicted-at) -> comeback
         self.ungated_after_eviction: set[str] = set()  # pods of evicted jobs created without the gate
         self.partial_gates: set[str] = set()  # jobs seen with some pods released and others gated
         self.evicted: dict[str, int] = {}  # job -> evictions Kueue counted
@@ -321,7 +321,7 @@ class Observer:
             if is_gated(pod) and job in holding:
                 self.gated_while_admitted.add(job)
             annotations = meta.get("annotations") or {}
-            key = (job, str(annotations.get(WORKLOAD)))
+            key = (job, str(annotations.get(EVICTED_AT)))
             comeback = self.comebacks.setdefault(key, Resumed(job, str(annotations.get(QUEUE))))
             if created is not None:
                 comeback.pods[meta["name"]] = created
