@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from tests.fleet import scenarios  # noqa: E402 - after the path the script runs from
-from tests.fleet.fleet import Arm, Fleet, remove_workdir, side_by_side, start_fleet  # noqa: E402
+from tests.fleet.fleet import Arm, Fleet, layout, remove_workdir, side_by_side, start_fleet  # noqa: E402
+from tests.fleet.scenarios import burst_capacity  # noqa: E402
 
 
 def _ratio(pair: tuple[int, int]) -> str:
@@ -138,6 +139,15 @@ def main() -> int:
     args.jobs = args.jobs or (12 if quick else 40)
     args.topology_jobs = args.topology_jobs or (6 if quick else 12)
     args.rounds = args.rounds or (2 if quick else 5)
+    try:
+        nodes = layout(args.nodes)
+    except ValueError as error:
+        parser.error(f"--nodes {args.nodes}: {error}")
+    capacity = burst_capacity(sum(n.pool == "training" for n in nodes))
+    if not 1 <= args.jobs <= capacity:
+        parser.error(f"--jobs {args.jobs}: a burst on {args.nodes} nodes holds 1 to {capacity} jobs")
+    if args.topology_jobs < 1 or args.rounds < 1:
+        parser.error("--topology-jobs and --rounds must be at least 1")
 
     before = os.getloadavg()
     print(f"load average before: {before[0]:.2f} {before[1]:.2f} {before[2]:.2f}", file=sys.stderr)

@@ -135,9 +135,10 @@ class Node:
 
 def layout(count: int) -> list[Node]:
     """`count` nodes in racks of four; every fifth rack (and at least one) is the inference pool."""
-    if count < 2 * NODES_PER_RACK:
+    if count < 3 * NODES_PER_RACK:
+        # The gang scenario needs two 4-node jobs to fit side by side in the training pool.
         raise ValueError(
-            f"a fleet needs at least {2 * NODES_PER_RACK} nodes (a training and an inference rack)"
+            f"a fleet needs at least {3 * NODES_PER_RACK} nodes (two training racks and an inference rack)"
         )
     racks = -(-count // NODES_PER_RACK)
     inference = {r for r in range(racks) if r % 5 == 4} or {racks - 1}

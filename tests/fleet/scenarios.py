@@ -184,7 +184,15 @@ def gang(fleet: Fleet, arm: Arm, free_nodes: int = 2) -> GangResult:
     if arm.on:
         # Kueue has considered both and holds them: nothing of them may be bound meanwhile.
         wait_until(lambda: workloads_pending(fleet, namespace, 2), TIMEOUT, "Kueue holds both jobs")
-        poll(fleet, namespace, lambda pods: True, "a sample while held", meter=meter, watch=watch)
+        samples = iter(range(3))
+        poll(
+            fleet,
+            namespace,
+            lambda pods: next(samples, None) is None,
+            "samples while held",
+            meter=meter,
+            watch=watch,
+        )
     else:
 
         def stuck(pods: list[dict[str, Any]]) -> bool:
@@ -457,7 +465,22 @@ class BurstResult:
     histograms: dict[str, dict[float, float]] = field(default_factory=dict)  # webhook -> le -> count
 
 
-def burst(fleet: Fleet, arm: Arm, jobs: int, pods_per_job: int = 4, gpus_per_pod: int = 2) -> BurstResult:
+BURST_PODS_PER_JOB = 4
+BURST_GPUS_PER_POD = 2
+
+
+def burst_capacity(training_nodes: int) -> int:
+    """How many burst jobs the training pool holds at once."""
+    return training_nodes * (GPUS_PER_NODE // BURST_GPUS_PER_POD) // BURST_PODS_PER_JOB
+
+
+def burst(
+    fleet: Fleet,
+    arm: Arm,
+    jobs: int,
+    pods_per_job: int = BURST_PODS_PER_JOB,
+    gpus_per_pod: int = BURST_GPUS_PER_POD,
+) -> BurstResult:
     """`jobs` indexed Jobs already queued (their own queue label, so Kueue acts in both arms),
     applied in one kubectl call; seconds from the apply to every pod bound."""
     namespace = arm.namespace
