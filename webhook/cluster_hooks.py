@@ -58,6 +58,7 @@ def cluster_hooks(
                 config=lambda: reloader.config,
                 lease_namespace=settings.webhook_namespace,
                 on_evictions=evicted,
+                metrics=reloader.state.metrics,
             )
             recovery.start()
             running.append(recovery)

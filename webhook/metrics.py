@@ -33,6 +33,11 @@ _OPERATIONS = frozenset(("CREATE", "UPDATE", "DELETE", "CONNECT"))
 _REQUEST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0)
 _AUDIT_BUCKETS = (0.001, 0.01, 0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 _POLICY_BUCKETS = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01, 0.1)
+# A resumed workload waits seconds (a compressed test) to hours (a production cooldown and its bound).
+_GATED_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0, 14400.0)
+# Event reasons of the resume controller's releases (webhook.recovery.plan.Release), and the tiers.
+_RESUME_REASONS = ("ResumeReleased", "ResumeBoundReached", "ResumeUngoverned", "ResumeRest")
+_TIERS = ("guaranteed", "preemptible")
 
 
 class Metrics:
@@ -174,6 +179,44 @@ class Metrics:
             ["operation", "result"],
             registry=r,
         )
+        # The resume controller (webhook.recovery.controller): filled only on the replica holding
+        # its Lease; a replica that steps down sets its gauge back to 0, so "livemax" (and max over
+        # pods) is the leader's view.
+        self.resume_gated = Gauge(
+            "trainguard_resume_gated_workloads",
+            "Workloads whose pods wait behind the resume gate now, by tier (other: a tier the "
+            "platform config does not know).",
+            ["tier"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.resume_releases = Counter(
+            "trainguard_resume_releases",
+            "Workloads whose resume gates were lifted, by reason (ResumeReleased: cooldown over and "
+            "the queue had room; ResumeBoundReached: gated for maxGated, released whatever the queue "
+            "said; ResumeUngoverned: its tier is no longer governed; ResumeRest: pods created after "
+            "the rest of the workload was released).",
+            ["reason"],
+            registry=r,
+        )
+        self.resume_unsettled = Counter(
+            "trainguard_resume_bound_after_release",
+            "Released workloads still not settled (some pod not Running and Ready for the settle "
+            "time) maxGated after their release: their queue stopped waiting for them.",
+            registry=r,
+        )
+        self.resume_gated_seconds = Histogram(
+            "trainguard_resume_gated_seconds",
+            "How long a workload waited behind the resume gate, from its first gated pod's creation "
+            "to the release, by reason of the release.",
+            ["reason"],
+            buckets=_GATED_BUCKETS,
+            registry=r,
+        )
+        for reason in _RESUME_REASONS:  # every series from the start, so a rate is 0 rather than absent
+            self.resume_releases.labels(reason)
+        for tier in (*_TIERS, "other"):
+            self.resume_gated.labels(tier)
         self._audit_result_keys: set[tuple[str, str]] = set()
         self._request_children: dict[tuple[str, str, str, str], Counter] = {}
         self._latency_children: dict[str, Histogram] = {}
@@ -254,6 +297,22 @@ class Metrics:
 
     def observe_report_write(self, operation: str, ok: bool) -> None:
         self.report_writes.labels(operation, "success" if ok else "failure").inc()
+
+    # -- resume controller ----------------------------------------------------------------------
+
+    def observe_resume_release(self, reason: str, gated_seconds: float) -> None:
+        reason = reason if reason in _RESUME_REASONS else "other"
+        self.resume_releases.labels(reason).inc()
+        self.resume_gated_seconds.labels(reason).observe(max(gated_seconds, 0.0))
+
+    def observe_resume_unsettled(self, workloads: int) -> None:
+        self.resume_unsettled.inc(workloads)
+
+    def set_resume_gated(self, counts: Mapping[str, int]) -> None:
+        """Gated workloads per tier now; tiers not in `counts` are 0 (a replica standing by: all)."""
+        for tier in _TIERS:
+            self.resume_gated.labels(tier).set(counts.get(tier, 0))
+        self.resume_gated.labels("other").set(sum(n for t, n in counts.items() if t not in _TIERS))
 
     def set_certificate_not_after(self, timestamp: float | None) -> None:
         self._not_after = timestamp

@@ -11,10 +11,14 @@ that comes back into a gap only to be preempted again pays both again). Six runs
 same arrivals in each:
 
     no gate      a preempted job is requeued at once, at its old place and priority (Kueue's default
-                 BestEffortFIFO: it keeps its creation time, so it goes first)
+                 BestEffortFIFO orders waiting jobs by priority, then creation time, which a
+                 requeued job keeps)
     gate         trainguard's resume gate: it waits `--cooldown` after its preemption, at most
                  `--max-resuming` resumed jobs restart at once (until `--settle` after they train
-                 again), and a job is never gated longer than `--max-gated`; jobs keep their priority
+                 again), and a job is never gated longer than `--max-gated`; jobs keep their priority.
+                 As on a real cluster (tests/fleet/test_recovery.py), Kueue admits the resumed job
+                 first and the gate holds its pods: a gated job holds its quota and may be preempted
+                 while gated (`--gate-outside-queue`: the first model, where it held nothing)
     gate + resume priority   the same, and resumed jobs get a resume priority class above every
                  preemptible class (recovery.tiers.preemptible.resumePriorityClass)
   × declared     each job checkpoints at the interval its owner wrote (drawn from 10m, 30m, 1h, 2h)
@@ -30,11 +34,14 @@ Assumptions (the model's, stated so they can be argued with):
 - Saving a checkpoint of save time C stops training for C seconds (no asynchronous checkpointing);
   a preemption during a save loses that save. A preempted job loses everything since its last
   completed save; a job preempted before its first save since a restart loses all that training.
+- Gated resumed jobs hold the GPUs Kueue admitted them with (see "gate"); a preemption while
+  gated costs no rollback but counts as a preemption and, within 30 min of that admission, a
+  thrash.
 - Preemptible jobs carry one of three priority classes (drawn at random). As with Kueue's
   `withinClusterQueue: LowerPriority`, a waiting preemptible job that does not fit preempts running
   preemptible jobs of strictly lower priority; a guaranteed job preempts any. Victims: lowest
   priority first, then the most recently started. This is where "each restart preempts another"
-  comes from. Gated resumed jobs hold no GPUs and preempt nobody. Fresh jobs are never gated.
+  comes from. Fresh jobs are never gated.
 - Guaranteed jobs: bursts arrive as a Poisson process (mean `--burst-every` hours); a burst brings
   1-4 jobs a few minutes apart (exponential, mean 8 min), of 8, 16 or 32 GPUs, running 20 min to
   3 h. Preemptible jobs: 8 or 16 GPUs, 6-30 h of training each, save time drawn from 30, 60, 120
@@ -71,6 +78,12 @@ class Params:
     max_resuming: int = 2
     max_gated: float = 1800.0
     settle: float = 300.0
+    thrash_window: float = THRASH_WINDOW
+    # How Kueue and the gate meet: Kueue admits a resumed job (reserving its quota, preempting for
+    # it as for any job) before its pods exist, and the gate holds the admitted pods. True: a gated
+    # job holds its GPUs and may be preempted while gated. False: the first model's reading, where
+    # a gated job waits outside the queue, holding nothing and preempting nobody.
+    gate_holds_quota: bool = True
 
 
 @dataclass
@@ -197,7 +210,7 @@ def simulate(
         while gi < len(g_arrivals) and g_arrivals[gi].arrive <= t:
             g_queue.append(g_arrivals[gi])
             gi += 1
-        on_gpus = [j for j in active if j.state in ("restarting", "running")]
+        on_gpus = [j for j in active if j.state in ("restarting", "running", "held")]
         used = sum(g.gpus for g in g_running) + sum(j.gpus for j in on_gpus)
         while g_queue:
             g = g_queue[0]
@@ -213,7 +226,7 @@ def simulate(
                 if freed < g.gpus:
                     break  # waits for guaranteed jobs to end
                 for v in chosen:
-                    preempt(v, t, gate, tot)
+                    preempt(v, t, gate, tot, p)
                     on_gpus.remove(v)
                     used -= v.gpus
             g.start = t
@@ -222,7 +235,8 @@ def simulate(
             g_queue.pop(0)
         tot.guaranteed_wait += len(g_queue) * dt / HOUR
 
-        # Preemptible jobs start: resumed-and-ungated first (Kueue requeues them at their old place).
+        # Preemptible jobs start in Kueue's BestEffortFIFO order: priority first, then creation (a
+        # requeued job keeps its creation time, so it goes back to its old place).
         resuming = sum(
             1
             for j in active
@@ -232,7 +246,7 @@ def simulate(
             and t - j.started < p.max_gated
         )
         candidates = [j for j in active if j.state in ("queued", "gated")]
-        candidates.sort(key=lambda j: (not j.resumed, j.arrive, j.ident))
+        candidates.sort(key=lambda j: (-priority(j, resume_priority), j.arrive, j.ident))
         for j in candidates:
             if j.state == "gated":
                 assert j.evicted_at is not None
@@ -256,14 +270,27 @@ def simulate(
                 if freed < j.gpus:
                     continue
                 for v in chosen:
-                    preempt(v, t, gate, tot)
+                    preempt(v, t, gate, tot, p)
                     on_gpus.remove(v)
                     used -= v.gpus
             if j.state == "gated":
                 resuming += 1
-            start(j, t, p)
+            if gate and p.gate_holds_quota and j.resumed:
+                j.state = "held"  # admitted: its quota is reserved, its pods wait behind the gate
+                j.started = t
+            else:
+                start(j, t, p)
             on_gpus.append(j)
             used += j.gpus
+        # The resume controller lifts the gates of admitted jobs (their GPUs are theirs already).
+        for j in sorted(
+            (j for j in active if j.state == "held"), key=lambda j: (-j.level, j.evicted_at or 0.0)
+        ):
+            assert j.evicted_at is not None
+            held = t - j.started
+            if held >= p.max_gated or (t - j.evicted_at >= p.cooldown and resuming < p.max_resuming):
+                resuming += held < p.max_gated
+                start(j, t, p)
 
         # Everyone advances one step.
         loading = sum(1 for j in active if j.state == "restarting" and j.fixed_left <= 0)
@@ -296,9 +323,9 @@ def start(j: PJob, t: float, p: Params) -> None:
     j.trained_since = None
 
 
-def preempt(j: PJob, t: float, gate: bool, tot: Totals) -> None:
+def preempt(j: PJob, t: float, gate: bool, tot: Totals, p: Params) -> None:
     tot.preemptions += 1
-    if j.resumed and t - j.started < THRASH_WINDOW:
+    if j.resumed and t - j.started < p.thrash_window:
         tot.thrash += 1
     tot.rollback += (j.progress - j.checkpointed) * j.gpus
     j.progress = j.checkpointed
@@ -306,11 +333,12 @@ def preempt(j: PJob, t: float, gate: bool, tot: Totals) -> None:
     j.saving_left = 0.0
     j.evicted_at = t
     j.resumed = True
-    j.state = "gated" if gate else "queued"
+    # Kueue requeues it; where the gate holds admitted pods, it is gated once admitted again.
+    j.state = "gated" if gate and not p.gate_holds_quota else "queued"
 
 
 def advance(j: PJob, t: float, dt: float, loading: int, tot: Totals) -> None:
-    if j.state == "gated":
+    if j.state in ("gated", "held"):
         tot.gated_hours += dt / HOUR
         return
     if j.state == "restarting":
@@ -399,6 +427,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cooldown", type=float, default=Params.cooldown)
     ap.add_argument("--max-resuming", type=int, default=Params.max_resuming)
     ap.add_argument("--burst-every", type=float, default=Params.burst_every)
+    ap.add_argument(
+        "--gate-outside-queue",
+        action="store_true",
+        help="the first model: a gated job holds no quota and cannot be preempted while gated",
+    )
     args = ap.parse_args(argv)
     p = Params(
         pool=args.pool,
@@ -407,6 +440,7 @@ def main(argv: list[str] | None = None) -> int:
         cooldown=args.cooldown,
         max_resuming=args.max_resuming,
         burst_every=args.burst_every,
+        gate_holds_quota=not args.gate_outside_queue,
     )
     began = time.perf_counter()
     rows = run(p, list(range(1, args.seeds + 1)))

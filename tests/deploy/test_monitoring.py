@@ -7,7 +7,9 @@ requires). A real `trainguard serve` on 127.0.0.1 (certificates from `trainguard
 AdmissionReviews and refuses a malformed one; its /metrics is scraped and every metric name in
 every dashboard query and alert expression must be among the exported series. The panels of the
 dashboard's "serve --audit" row read metrics that exist only with `serve --audit`; they are
-required by the end-to-end test that runs the server that way.
+required by the end-to-end test that runs the server that way. Likewise the resume gate's row: its
+metrics carry values only where the resume controller runs (a PlatformConfig with recovery.tiers and
+cluster access), and the end-to-end recovery test (tests/e2e/test_recovery.py) requires them there.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "trainguard.json"
 RULES = ROOT / "deploy" / "prometheus" / "rules.yaml"
 AUDIT_ROW = "Audit (trainguard serve --audit)"
+RESUME_ROW = "Resume gate (recovery.tiers in the PlatformConfig)"
+# Rows whose metrics a server fills only in a mode of its own: checked by the test that runs it so.
+MODE_ROWS = (AUDIT_ROW, RESUME_ROW)
 # Grafana's variables, replaced by values of their kind before parsing.
 GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$namespace": ".*"}
 START_TIMEOUT = 60.0
@@ -51,7 +56,7 @@ SUFFIXES = {
 
 
 def dashboard_queries() -> dict[str, list[str]]:
-    """Panel title -> its queries; panels under the audit row get the row's title as a prefix."""
+    """Panel title -> its queries; panels under a MODE_ROWS row get the row's title as a prefix."""
     dashboard = json.loads(DASHBOARD.read_text("utf-8"))
     queries: dict[str, list[str]] = {}
     row = ""
@@ -59,7 +64,7 @@ def dashboard_queries() -> dict[str, list[str]]:
         if panel["type"] == "row":
             row = panel["title"]
             continue
-        title = f"{row} / {panel['title']}" if row == AUDIT_ROW else panel["title"]
+        title = f"{row} / {panel['title']}" if row in MODE_ROWS else panel["title"]
         queries[title] = [target["expr"] for target in panel["targets"]]
     return queries
 
@@ -92,8 +97,16 @@ def names(expressions: list[str]) -> set[str]:
     return found
 
 
+def row_metric_names(row: str) -> set[str]:
+    return set().union(*(names(q) for title, q in dashboard_queries().items() if title.startswith(row)))
+
+
 def audit_metric_names() -> set[str]:
-    return set().union(*(names(q) for title, q in dashboard_queries().items() if title.startswith(AUDIT_ROW)))
+    return row_metric_names(AUDIT_ROW)
+
+
+def resume_metric_names() -> set[str]:
+    return row_metric_names(RESUME_ROW)
 
 
 # --- the server ------------------------------------------------------------------------------------
@@ -238,7 +251,11 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[set[str]]:
 
 @pytest.mark.parametrize(
     ("title", "queries"),
-    [pytest.param(t, q, id=t) for t, q in dashboard_queries().items() if not t.startswith(AUDIT_ROW)],
+    [
+        pytest.param(t, q, id=t)
+        for t, q in dashboard_queries().items()
+        if not any(t.startswith(row) for row in MODE_ROWS)
+    ],
 )
 def test_every_panel_reads_exported_metrics(exported: set[str], title: str, queries: list[str]) -> None:
     assert names(queries) <= exported, f"{title}: {sorted(names(queries) - exported)} not exported"
@@ -278,6 +295,7 @@ def test_the_alerts_the_operators_need_are_there() -> None:
             "TrainguardWebhookSlow",
             "TrainguardCertificateExpiringSoon",
             "TrainguardReloadFailing",
+            "TrainguardResumeBoundReached",
         ]
     )
     # Half of the shipped webhook timeout (5 s): the margin the slow-webhook alert leaves.
@@ -292,3 +310,17 @@ def test_audit_panels_are_only_in_the_audit_row() -> None:
     for title, queries in dashboard_queries().items():
         if not title.startswith(AUDIT_ROW):
             assert not names(queries) & audit, title
+
+
+def test_resume_panels_are_only_in_the_resume_row() -> None:
+    """The resume row shows gated workloads, releases, the bound and the time gated, and only it."""
+    resume = resume_metric_names()
+    assert resume == {
+        "trainguard_resume_gated_workloads",
+        "trainguard_resume_releases_total",
+        "trainguard_resume_bound_after_release_total",
+        "trainguard_resume_gated_seconds_bucket",
+    }
+    for title, queries in dashboard_queries().items():
+        if not title.startswith(RESUME_ROW):
+            assert not names(queries) & resume, title

@@ -12,6 +12,8 @@ of those workloads are created as a user (or a higher-level controller) re-creat
   busy until the released workload's pods are Running and Ready for the settle time), higher
   priority first, with events saying why a workload waits;
 - a workload short of its pods is released by the bound, with a Warning event;
+- the controller's metrics (the dashboard's resume row) say what it did: a workload gated now, a
+  release with its reason and how long the workload waited;
 - when the leading replica stops, the other takes the Lease and carries on.
 
 There is no kubelet: "Running and Ready" is written through the pods' status subresource.
@@ -31,6 +33,8 @@ from typing import Any
 import jsonpatch
 import pytest
 import yaml
+
+from tests.deploy.test_monitoring import resume_metric_names
 
 from .controlplane import ControlPlane
 from .webhook_server import (
@@ -481,6 +485,52 @@ def test_audit_check_and_the_webhook_patch_an_evicted_workloads_pod_alike(
 
     assert gated(by_webhook)
     assert _resume_facts(by_check) == _resume_facts(by_webhook) == _resume_facts(by_audit)
+
+
+def resume_samples(setup: Setup) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The resume metrics of every running replica, summed (only the leader's move)."""
+    total: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for server in setup.servers:
+        if server.running():
+            for key, value in server.metrics().items():
+                if key[0].startswith("trainguard_resume_"):
+                    total[key] = total.get(key, 0.0) + value
+    return total
+
+
+def released(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], reason: str) -> float:
+    return samples.get(("trainguard_resume_releases_total", (("reason", reason),)), 0.0)
+
+
+def gated_now(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> float:
+    return samples.get(("trainguard_resume_gated_workloads", (("tier", "preemptible"),)), 0.0)
+
+
+def test_the_resume_metrics_show_a_gated_workload_and_its_release(setup: Setup, ns: str) -> None:
+    before = resume_samples(setup)
+    evicted_workload(setup, ns, "metered", 2)
+    wait_for_gating(setup, ns, "metered")
+    # One of its two pods: it stays gated (released together when all exist) while we look.
+    assert gated(create(setup, group_pod(ns, "metered-0", "metered", 2, tier="preemptible")))
+    until(lambda: gated_now(resume_samples(setup)) >= 1, MAX_GATED - 5, "the gated gauge counts it", setup)
+
+    assert gated(create(setup, group_pod(ns, "metered-1", "metered", 2, tier="preemptible")))
+    until(
+        lambda: not any(gated(p) for p in pods(setup, ns).values()), MAX_GATED + 10, "metered released", setup
+    )
+    until(
+        lambda: released(resume_samples(setup), "ResumeReleased") > released(before, "ResumeReleased"),
+        15,
+        "the release counted",
+        setup,
+    )
+    after = resume_samples(setup)
+    assert gated_now(after) == 0
+    waited = ("trainguard_resume_gated_seconds_count", (("reason", "ResumeReleased"),))
+    assert after[waited] > before.get(waited, 0.0)
+    # Every metric the dashboard's resume row reads, from servers running the controller.
+    exported = {name for name, _labels in after}
+    assert resume_metric_names() <= exported, sorted(resume_metric_names() - exported)
 
 
 def test_the_standby_replica_takes_over(setup: Setup, ns: str) -> None:

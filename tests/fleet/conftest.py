@@ -19,6 +19,7 @@ from tests.e2e.binaries import BuildError, ensure_binaries
 
 from .binaries import COMPONENTS, ensure
 from .fleet import Fleet, start_fleet
+from .recovery import recovery_block
 
 FLEET_DIR = Path(__file__).resolve().parent
 DEFAULT_NODES = 20
@@ -56,7 +57,7 @@ def fleet(pytestconfig: pytest.Config, tmp_path_factory: pytest.TempPathFactory)
     if error is not None:
         pytest.fail(f"the fleet's binaries could not be built: {error}", pytrace=False)
     nodes = int(os.environ.get("TRAINGUARD_FLEET_NODES", DEFAULT_NODES))
-    started = start_fleet(nodes, workdir=tmp_path_factory.mktemp("fleet"))
+    started = start_fleet(nodes, workdir=tmp_path_factory.mktemp("fleet"), recovery=recovery_block())
     try:
         yield started
     finally:

@@ -83,8 +83,8 @@ STOP_TIMEOUT = 15.0
 PROPAGATION_TIMEOUT = 60.0
 
 
-def platform_config() -> dict[str, Any]:
-    return {
+def platform_config(recovery: dict[str, Any] | None = None) -> dict[str, Any]:
+    config = {
         "apiVersion": "trainguard.dev/v1alpha1",
         "kind": "PlatformConfig",
         "queues": {"namespaces": dict.fromkeys(NAMESPACES, QUEUE)},
@@ -92,6 +92,9 @@ def platform_config() -> dict[str, Any]:
         "pools": {"assignTraining": True},
         "topology": {"rackKey": RACK_KEY},
     }
+    if recovery is not None:  # the resume controller starts only where serve starts with one
+        config["recovery"] = recovery
+    return config
 
 
 @dataclass(frozen=True)
@@ -377,8 +380,15 @@ def _serving_certs(directory: Path, common_name: str) -> bytes:
     return (directory / "ca.crt").read_bytes()
 
 
-def start_fleet(node_count: int, *, workdir: Path | None = None, timeout: float = START_TIMEOUT) -> Fleet:
-    """Build what is missing, start everything, and return the fleet with trainguard on."""
+def start_fleet(
+    node_count: int,
+    *,
+    workdir: Path | None = None,
+    timeout: float = START_TIMEOUT,
+    recovery: dict[str, Any] | None = None,
+) -> Fleet:
+    """Build what is missing, start everything, and return the fleet with trainguard on
+    (`recovery`: the PlatformConfig's recovery block, tests/fleet/recovery.py)."""
     binaries = ensure_binaries()
     built = {
         c.name: ensure(c) for c in (KUBE_SCHEDULER, KUBE_CONTROLLER_MANAGER, KWOK, KUEUE, TRAINING_OPERATOR)
@@ -401,7 +411,7 @@ def start_fleet(node_count: int, *, workdir: Path | None = None, timeout: float 
         if result.returncode != 0:
             raise ControlPlaneError(f"trainguard certs failed:\n{result.stderr}")
         config = workdir / "platform.yaml"
-        config.write_text(yaml.safe_dump(platform_config(), sort_keys=False), encoding="utf-8")
+        config.write_text(yaml.safe_dump(platform_config(recovery), sort_keys=False), encoding="utf-8")
         server = WebhookServer(
             certs=certs, config=config, kubeconfig=plane.kubeconfig, log=workdir / "serve.log"
         )

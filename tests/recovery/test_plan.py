@@ -189,3 +189,35 @@ def test_pods_being_deleted_and_unmarked_pods_are_ignored() -> None:
 def test_is_resuming_needs_a_release() -> None:
     (w,) = group_pods([pod("a-0", "ml/Workload/a")])
     assert not is_resuming(w, SETTINGS["preemptible"], T0)
+
+
+@pytest.mark.parametrize(
+    ("ready_since", "after_release", "unsettled"),
+    [
+        pytest.param(None, 1799, False, id="never-ready-within-the-bound"),
+        pytest.param(None, 1800, True, id="never-ready-at-the-bound"),
+        pytest.param(T0 + timedelta(seconds=1800), 1830, True, id="ready-but-not-for-the-settle-time"),
+        pytest.param(T0 + timedelta(seconds=10), 1800, False, id="settled-long-before"),
+    ],
+)
+def test_a_released_workload_that_never_settles_is_reported_at_the_bound(
+    ready_since: datetime | None, after_release: int, unsettled: bool
+) -> None:
+    released = T0
+    pods = [pod("a-0", "ml/Workload/a", gated=False, released=released, ready_since=ready_since)]
+    p = plan(group_pods(pods), SETTINGS, released + timedelta(seconds=after_release))
+    assert p.unsettled == (("ml/Workload/a",) if unsettled else ())
+
+
+def test_still_gated_counts_workloads_per_tier_after_the_plan_s_releases() -> None:
+    pods = [
+        pod("a-0", "ml/Workload/a", evicted=T0 - timedelta(seconds=400)),  # cooled: released now
+        pod("b-0", "ml/Workload/b"),  # still cooling
+        pod("c-0", "ml/Workload/c", queue="ml/other"),  # still cooling
+        pod("d-0", "ml/Workload/d", tier="guaranteed"),  # ungoverned: released now
+        pod("e-0", "ml/Workload/e", queue="ml/third", gated=False, released=T0),  # released before
+    ]
+    workloads = group_pods(pods)
+    p = plan(workloads, SETTINGS, T0 + timedelta(seconds=10))
+    assert sorted(r.workload.key for r in p.releases) == ["ml/Workload/a", "ml/Workload/d"]
+    assert p.still_gated(workloads) == {"preemptible": 2}

@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from webhook.config import PlatformConfig
 from webhook.context import Evictions
 from webhook.leader import LeaderElector
+from webhook.metrics import Metrics
 from webhook.recovery.cluster_state import RecoveryState
 from webhook.recovery.plan import (
     GATE,
@@ -91,8 +92,10 @@ class ResumeController:
         lease_seconds: float = 15.0,
         renew_seconds: float = 5.0,
         retry_seconds: float = 2.0,
+        metrics: Metrics | None = None,
     ) -> None:
         self.core = client.CoreV1Api(api)
+        self.metrics = metrics
         self.pods = pods
         self.records = records
         self.config = config
@@ -114,6 +117,7 @@ class ResumeController:
         self._thread = threading.Thread(target=self._run, name="trainguard-resume", daemon=True)
         self._patched: dict[str, datetime] = {}  # pod uid -> when we lifted its gate
         self._said: dict[str, str] = {}  # workload key -> the last waiting message sent as an event
+        self._unsettled: set[str] = set()  # workloads already counted as unsettled past the bound
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -133,6 +137,8 @@ class ResumeController:
 
     def _stepped_down(self) -> None:
         log.info("resume controller standing by", extra={"identity": self.identity})
+        if self.metrics is not None:  # the new leader reports what is gated now
+            self.metrics.set_resume_gated({})
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -164,7 +170,18 @@ class ResumeController:
         for key in list(self._said):
             if key not in decided.waiting:
                 del self._said[key]
+        self._observe(decided, workloads)
         return decided
+
+    def _observe(self, decided: Plan, workloads: list[ResumeWorkload]) -> None:
+        if self.metrics is None:
+            return
+        self.metrics.set_resume_gated(decided.still_gated(workloads))
+        # Counted once per workload; a key leaves the set when its pods are gone.
+        new = set(decided.unsettled) - self._unsettled
+        if new:
+            self.metrics.observe_resume_unsettled(len(new))
+        self._unsettled = (self._unsettled | new) & {w.key for w in workloads}
 
     def _with_own_patches(self, pods: list[dict[str, Any]], now: datetime) -> list[dict[str, Any]]:
         """The cache's pods, with the gates we already lifted lifted (the watch may lag behind)."""
@@ -204,6 +221,8 @@ class ResumeController:
             self._patched[pod.uid] = now
             lifted += 1
         if lifted:
+            if self.metrics is not None:
+                self.metrics.observe_resume_release(release.reason, (now - w.gated_since).total_seconds())
             kind = "Warning" if release.reason == "ResumeBoundReached" else "Normal"
             self._event(w, release.reason, release.message, kind, now)
             log.info(
@@ -252,6 +271,7 @@ class RecoveryService:
         lease_namespace: str,
         on_evictions: Callable[[Evictions], None],
         identity: str | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.state = RecoveryState(api, on_evictions)
         self.controller = ResumeController(
@@ -261,6 +281,7 @@ class RecoveryService:
             config=config,
             lease_namespace=lease_namespace,
             identity=identity,
+            metrics=metrics,
         )
 
     def _pods(self) -> list[dict[str, Any]] | None:

@@ -106,6 +106,18 @@ class Plan:
     releases: tuple[Release, ...] = ()
     waiting: Mapping[str, str] = field(default_factory=dict)  # key -> why it waits
     resuming: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # queue -> workload keys
+    # Released workloads that reached `maxGated` after their release without settling: their queue
+    # no longer waits for them (the platform sees these: something keeps them from starting).
+    unsettled: tuple[str, ...] = ()
+
+    def still_gated(self, workloads: Iterable[ResumeWorkload]) -> dict[str, int]:
+        """Tier -> workloads that keep a gate after this plan's releases."""
+        released = {r.workload.key for r in self.releases}
+        out: dict[str, int] = {}
+        for w in workloads:
+            if w.gated and w.key not in released:
+                out[w.tier] = out.get(w.tier, 0) + 1
+        return out
 
 
 def is_resuming(w: ResumeWorkload, settings: TierSettings | None, now: datetime) -> bool:
@@ -121,6 +133,17 @@ def is_resuming(w: ResumeWorkload, settings: TierSettings | None, now: datetime)
     settle = timedelta(seconds=settings.settle if settings is not None else 0.0)
     settled = all(p.ready_since is not None and now - p.ready_since >= settle for p in live)
     return not settled
+
+
+def is_unsettled(w: ResumeWorkload, settings: TierSettings | None, now: datetime) -> bool:
+    """Released `maxGated` ago or more, and some live pod still not Running and Ready for `settle`."""
+    if settings is None or w.gated or w.released_at is None:
+        return False
+    if now - w.released_at < timedelta(seconds=settings.max_gated):
+        return False
+    live = [p for p in w.pods if not p.terminated]
+    settle = timedelta(seconds=settings.settle)
+    return any(p.ready_since is None or now - p.ready_since < settle for p in live)
 
 
 def plan(
@@ -186,7 +209,8 @@ def plan(
                 f"released {len(w.gated)} pods at priority {w.priority}",
             )
         )
-    return Plan(tuple(releases), waiting, {q: tuple(keys) for q, keys in resuming.items()})
+    unsettled = tuple(w.key for w in workloads if is_unsettled(w, settings.get(w.tier), now))
+    return Plan(tuple(releases), waiting, {q: tuple(keys) for q, keys in resuming.items()}, unsettled)
 
 
 # -- reading pods -------------------------------------------------------------------------------
