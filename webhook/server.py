@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import signal
@@ -32,7 +33,7 @@ import uvicorn
 import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
-from webhook import logs, runtime_tuning, tls, workers
+from webhook import logs, runtime_tuning, stopsignal, tls, workers
 from webhook.app import ServerState, create_app
 from webhook.cluster_hooks import cluster_hooks
 from webhook.isolation import DecisionThreads, Slots
@@ -101,6 +102,8 @@ class WebhookServer(uvicorn.Server):
             yield
             return
         original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in stopsignal.take():  # came while the server was being built or forked
+            self.handle_exit(sig, None)
         try:
             yield
         finally:
@@ -222,11 +225,16 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
 
 def serve(settings: Settings) -> int:
     """Run the webhook until SIGTERM/SIGINT and a graceful drain; 0 on a clean stop."""
+    stopsignal.install()  # a stop while loading is answered once serving starts, not by dying
     logs.configure(settings.log_level)
+    settings = dataclasses.replace(settings, workers=workers.usable_workers(settings.workers))
     server = build(settings)
     # After everything is loaded, before the first request; before the fork, so that every worker
     # inherits it and the frozen objects stay shared pages.
     runtime_tuning.tune_for_latency()
+    if stopsignal.pending():
+        log.info("stopped before serving: asked to stop while starting")
+        return 0
     if settings.workers > 1:
         return workers.run(server, settings)
     try:

@@ -21,14 +21,15 @@ import socket
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+from webhook import stopsignal
 from webhook.settings import ServerError, Settings
 
 if TYPE_CHECKING:
     from webhook.server import WebhookServer
 
-__all__ = ["default_workers", "run"]
+__all__ = ["default_workers", "run", "usable_workers"]
 
 log = logging.getLogger("trainguard.server")
 
@@ -49,6 +50,20 @@ def default_workers(cgroup_root: str = "/sys/fs/cgroup") -> int:
     except (OSError, ValueError):
         pass  # no cgroup v2 limit visible: the affinity mask is the limit
     return max(1, cpus)
+
+
+def usable_workers(requested: int, cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """`requested`, capped at the CPUs this container may use: a worker beyond them adds no
+    throughput, only its memory (tens of MB each) and a longer start and drain."""
+    cpus = default_workers(cgroup_root)
+    if requested <= cpus:
+        return requested
+    log.warning(
+        f"--workers {requested} is more than the {cpus} CPUs this process can use "
+        f"(its CPU affinity and cgroup CPU quota): starting {cpus}",
+        extra={"requested": requested, "cpus": cpus},
+    )
+    return cpus
 
 
 def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
@@ -88,39 +103,29 @@ def run(server: WebhookServer, settings: Settings) -> int:
             _signal(pid, sig)
 
     def start(index: int) -> None:
-        pid = os.fork()
-        if pid == 0:  # the worker
-            code = 1
-            try:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    signal.signal(sig, signal.SIG_DFL)  # uvicorn installs its own in run()
-                server.worker = index
-                _stop_with_parent(parent)
-                if server.state.engine is not None:
-                    # A forked worker's metric values start from zero in its own files (multiprocess
-                    # mode): publish its readiness and policy count there.
-                    server.state.install(server.state.engine)
-                for handler in logging.getLogger().handlers:
-                    handler.addFilter(_WorkerField(index))
-                server.run(sockets=[sock])
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:
-                log.exception("worker failed", extra={"worker": index})
-            finally:
-                logging.shutdown()
-                sys.stderr.flush()
-                os._exit(code)  # never return into the parent's code
-        children[pid] = index
+        # Stop signals wait while a worker is forked: one that came between fork() and the pid
+        # being listed would reach the supervisor but never the new worker, which would then
+        # serve on until it is killed. Pending signals are not inherited, so the worker starts
+        # with none and receives its own copy once the supervisor has listed it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, stopsignal.STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _worker(server, index, parent, sock)
+            children[pid] = index
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stopsignal.STOP_SIGNALS)
 
-    original = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    original = {sig: signal.signal(sig, on_signal) for sig in stopsignal.STOP_SIGNALS}
+    stopping.extend(stopsignal.take())  # asked to stop while the server was being built
     restarts: list[float] = []
     failed = False
     try:
         for index in range(settings.workers):
+            if stopping:
+                break  # a worker forked now would only be stopped again
             start(index)
-        log.info("workers started", extra={"workers": settings.workers, "pids": sorted(children)})
+        log.info("workers started", extra={"workers": len(children), "pids": sorted(children)})
         # Bounded: after a stop signal the workers have shutdown_delay + graceful_timeout to drain.
         drain_limit = settings.shutdown_delay + settings.graceful_timeout + 5.0
         stop_at: float | None = None
@@ -160,6 +165,35 @@ def run(server: WebhookServer, settings: Settings) -> int:
         sock.close()
     log.info("stopped")
     return 1 if failed else 0
+
+
+def _worker(server: WebhookServer, index: int, parent: int, sock: socket.socket) -> NoReturn:
+    """The forked worker's whole life: serve until stopped, then leave without returning."""
+    code = 1
+    try:
+        # Until uvicorn installs its handlers a stop signal is recorded, and answered by them
+        # (WebhookServer.capture_signals), or here before serving: nothing is in flight yet.
+        stopsignal.install()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopsignal.STOP_SIGNALS)
+        server.worker = index
+        _stop_with_parent(parent)
+        if server.state.engine is not None:
+            # A forked worker's metric values start from zero in its own files (multiprocess
+            # mode): publish its readiness and policy count there.
+            server.state.install(server.state.engine)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_WorkerField(index))
+        if not stopsignal.pending():
+            server.run(sockets=[sock])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        log.exception("worker failed", extra={"worker": index})
+    finally:
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)  # never return into the parent's code
 
 
 class _WorkerField(logging.Filter):

@@ -6,6 +6,7 @@ import argparse
 import os
 import shutil
 
+from webhook import stopsignal
 from webhook.cli._common import add_policy_args
 from webhook.logs import LEVELS
 from webhook.settings import DEFAULT_INLINE_SLICE
@@ -113,8 +114,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=_positive_int,
         default=None,
         metavar="N",
-        help="worker processes sharing the port (default: the CPU limit, from cgroup cpu.max or the "
-        "CPUs this process may use)",
+        help="worker processes sharing the port (default, and at most: the CPU limit, from cgroup "
+        "cpu.max or the CPUs this process may use; more is capped with a warning)",
     )
     limits.add_argument(
         "--max-in-flight",
@@ -160,12 +161,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    stopsignal.install()  # from here on a SIGTERM stops the server cleanly, whenever it comes
+
     # Imported here: `trainguard check --help` should not pay for uvicorn and the server.
     from webhook.workers import default_workers, shared_metrics_dir
 
     workers = args.workers or default_workers()
-    # Before webhook.server imports prometheus_client: with several workers, /metrics sums them all.
-    metrics_dir = shared_metrics_dir() if workers > 1 else None
+    # Before webhook.server imports prometheus_client: with several workers, /metrics sums them all
+    # (serve() caps --workers at the usable CPUs, and says so).
+    metrics_dir = shared_metrics_dir() if min(workers, default_workers()) > 1 else None
 
     from webhook.server import ServerError, Settings, serve
 
