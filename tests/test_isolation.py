@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from webhook.isolation import Busy, DecisionThreads, Slots
+from webhook.isolation import BodyBudget, Busy, DecisionThreads, Slots
 
 
 async def _outcome(slots: Slots, hold: float, order: list[str], name: str) -> str:
@@ -59,3 +59,28 @@ def test_a_decision_error_reaches_the_caller() -> None:
     with pytest.raises(RecursionError, match="deep"):
         asyncio.run(scenario())
     threads.shutdown()
+
+
+BUDGETS = [
+    pytest.param([10, 20, 30], [0, 0, 0], id="small-bodies-reserve-nothing"),
+    pytest.param([100, 100], [100, 100], id="large-bodies-within-the-budget"),
+    pytest.param([100, 100, 100], [100, 100, "busy"], id="past-the-budget-refused"),
+    pytest.param([500], [500], id="one-body-over-the-budget-still-received"),
+    pytest.param([500, 100], [500, "busy"], id="none-beside-an-oversized-one"),
+]
+
+
+@pytest.mark.parametrize(("sizes", "expected"), BUDGETS)
+def test_body_budget_reserves_large_bodies_only(sizes: list[int], expected: list[int | str]) -> None:
+    budget = BodyBudget(limit=250, threshold=64)
+    got: list[int | str] = []
+    for size in sizes:
+        try:
+            got.append(budget.reserve(size))
+        except Busy:
+            got.append("busy")
+    assert got == expected
+    for reserved in got:
+        if isinstance(reserved, int):
+            budget.release(reserved)
+    assert budget.reserved == 0

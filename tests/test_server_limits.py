@@ -35,6 +35,7 @@ from tests.test_server_tls import (
     WAIT,
     client_context,
     denied_by_gang,
+    metric,
     pod_files,
     read_response,
     running,
@@ -209,6 +210,84 @@ def test_a_client_that_never_starts_the_tls_handshake_is_disconnected(files: Pat
         waited = time.monotonic() - started
     assert data == b""
     assert waited < WAIT
+
+
+# -- clients that withhold their body: no slot held, bytes bounded ----------------------------------
+
+
+def head_and_part(declared: int, sent: int) -> bytes:
+    """A /validate request's headers declaring `declared` bytes of body, and the first `sent` of them."""
+    return post_bytes(b"x" * declared)[: -declared or None] + b"x" * sent
+
+
+WITHHELD = [
+    pytest.param(100_000, 0, id="headers-and-no-body"),
+    pytest.param(len(REVIEW), len(REVIEW) // 2, id="half-a-review"),
+    pytest.param(1024 * 1024, 1000, id="a-large-body-barely-begun"),
+]
+
+
+@pytest.mark.parametrize(("declared", "sent"), WITHHELD)
+def test_withheld_bodies_hold_no_slot_and_a_full_review_is_answered(
+    files: Path, declared: int, sent: int
+) -> None:
+    # Two slots and two places in the queue: before bodies came first, four such clients were
+    # enough to turn every other admission into a 429 until their body timeout.
+    settings = settings_for(files, max_in_flight=2, max_queued=2, queue_wait=0.2, body_timeout=60.0)
+    stalled = 4 if declared > 64 * 1024 else 12  # large ones: as many as the byte budget lets in
+    with running(settings) as server, contextlib.ExitStack() as stack:
+        for _ in range(stalled):
+            tls = stack.enter_context(tls_socket(server, files))
+            tls.sendall(head_and_part(declared, sent))
+        wait_for(
+            lambda: server.state.bodies.receiving == stalled, "the server to read every request's headers"
+        )
+        with httpx.Client(verify=client_context(files)) as client:
+            answers = [
+                client.post(
+                    url(server, "/validate"), content=REVIEW, headers={"content-type": "application/json"}
+                )
+                for _ in range(5)
+            ]
+        assert [a.status_code for a in answers] == [200] * 5
+        assert all(denied_by_gang(a.json()["response"]) for a in answers)
+        assert server.state.bodies.receiving == stalled  # still waiting for their bodies
+        assert metric(server, "trainguard_admissions_in_flight") == 0
+        assert metric(server, "trainguard_admissions_waiting") == 0
+
+
+def test_large_bodies_on_their_way_share_a_byte_budget(files: Path) -> None:
+    # A 1 MiB body limit: four large bodies may be on their way at once (4 MiB), a fifth is refused
+    # at once; small bodies are not counted, and the budget comes back when the stalled ones leave.
+    settings = settings_for(files, max_body_bytes=1024 * 1024, body_timeout=60.0)
+    with running(settings) as server:
+        with contextlib.ExitStack() as stack:
+            for _ in range(4):
+                tls = stack.enter_context(tls_socket(server, files))
+                tls.sendall(head_and_part(1024 * 1024, 1000))
+            wait_for(lambda: server.state.bodies.receiving == 4, "four large bodies to be on their way")
+            with tls_socket(server, files) as fifth:
+                fifth.sendall(head_and_part(900_000, 1000))
+                refused, closed = read_until_closed(fifth, WAIT)
+            with httpx.Client(verify=client_context(files)) as client:
+                small = client.post(
+                    url(server, "/validate"), content=REVIEW, headers={"content-type": "application/json"}
+                )
+        wait_for(lambda: server.state.bodies.receiving == 0, "the stalled connections to be gone")
+        assert server.state.bodies.reserved == 0
+        with httpx.Client(verify=client_context(files)) as client:
+            large = orjson.loads(REVIEW)
+            large["request"]["object"]["metadata"]["annotations"]["pad"] = "x" * 900_000
+            after = client.post(
+                url(server, "/validate"),
+                content=orjson.dumps(large),
+                headers={"content-type": "application/json"},
+            )
+    assert refused.startswith(b"HTTP/1.1 429 "), refused[:200]
+    assert b"retry-after: 1" in refused.lower() and b"too many large request bodies" in refused
+    assert closed
+    assert small.status_code == 200 and denied_by_gang(small.json()["response"])
+    assert after.status_code == 200 and denied_by_gang(after.json()["response"])
 
 
 # -- header limits --------------------------------------------------------------------------------

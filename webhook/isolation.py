@@ -1,10 +1,17 @@
-"""Keeping one admission from holding up the others: a bounded set of slots and the deciding threads.
+"""Keeping one admission from holding up the others: bodies received first, then a bounded set of
+slots and the deciding threads.
 
-Slots: at most `size` admissions are read and decided at once in a worker; up to `queue` more
-wait (holding their headers and what flow control lets in of the body, 64 KiB) for at most
-`wait` seconds, which absorbs a burst; anything beyond is refused at once with 429 and
-Retry-After, so memory stays bounded and the API server gets an answer quickly, not at its
-timeout.
+Bodies: a connection's body is received before it asks for a slot, so a client that sends
+headers and then nothing (or a body slowly) holds no slot: only its own connection, until its
+body timeout. What receiving costs is bounded apart: a body up to `BodyBudget.threshold` bytes
+(what uvicorn's flow control buffers of any connection anyway) is read at once; a larger one
+first reserves its declared size from a byte budget per worker, and is refused (429) when
+withheld or slow large bodies already hold it, so they cannot exhaust memory either.
+
+Slots: at most `size` admissions are decided at once in a worker; up to `queue` more wait (with
+their bodies) for at most `wait` seconds, which absorbs a burst; anything beyond is refused at
+once with 429 and Retry-After, so memory stays bounded and the API server gets an answer
+quickly, not at its timeout.
 
 Deciding threads: decisions are CPU work; run on the event loop, one slow decision would hold up
 /healthz, /readyz and every other connection of the worker. On a few threads, the loop gets the
@@ -21,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = ["Busy", "DecisionThreads", "Slots"]
+__all__ = ["BodyBudget", "Busy", "DecisionThreads", "Slots"]
 
 log = logging.getLogger("trainguard.server")
 
@@ -30,6 +37,33 @@ T = TypeVar("T")
 
 class Busy(Exception):
     """No slot within the wait: the caller answers 429."""
+
+
+class BodyBudget:
+    """Bytes of large request bodies being received at once, and how many bodies are on their way
+    (event loop thread only)."""
+
+    def __init__(self, limit: int, threshold: int = 64 * 1024) -> None:
+        if limit < 1 or threshold < 0:
+            raise ValueError(f"a body budget needs limit >= 1, threshold >= 0; got {limit}, {threshold}")
+        self.limit = limit
+        self.threshold = threshold
+        self.reserved = 0
+        self.receiving = 0  # bodies being received now, large or small
+
+    def reserve(self, size: int) -> int:
+        """The bytes reserved for a body of `size` (0 for a small one), or Busy when the large
+        bodies on their way hold the budget. One large body is always let in, so a body of any
+        size the server accepts can be received."""
+        if size <= self.threshold:
+            return 0
+        if self.reserved and self.reserved + size > self.limit:
+            raise Busy
+        self.reserved += size
+        return size
+
+    def release(self, reserved: int) -> None:
+        self.reserved -= reserved
 
 
 class Slots:

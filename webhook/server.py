@@ -34,9 +34,9 @@ import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
 from webhook import logs, runtime_tuning, stopsignal, tls, workers
-from webhook.app import ServerState, create_app
+from webhook.app import RECEIVING_BUDGET_BODIES, ServerState, create_app
 from webhook.cluster_hooks import cluster_hooks
-from webhook.isolation import DecisionThreads, Slots
+from webhook.isolation import BodyBudget, DecisionThreads, Slots
 from webhook.metrics import Metrics
 from webhook.protocol import HttpLimits, limited_protocol
 from webhook.reload import Reloader
@@ -170,6 +170,7 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         budget=settings.request_budget,
         inline_slice=settings.inline_slice,
         large_body_budget=2 * settings.max_body_bytes,
+        bodies=BodyBudget(RECEIVING_BUDGET_BODIES * settings.max_body_bytes),
         slots=Slots(settings.max_in_flight, settings.max_queued, settings.queue_wait),
         threads=DecisionThreads(settings.decision_threads),
     )
