@@ -256,38 +256,53 @@ def test_withheld_bodies_hold_no_slot_and_a_full_review_is_answered(
         assert metric(server, "trainguard_admissions_waiting") == 0
 
 
+def padded(pad: int) -> bytes:
+    review = orjson.loads(REVIEW)
+    review["request"]["object"]["metadata"]["annotations"]["pad"] = "x" * pad
+    return orjson.dumps(review)
+
+
 def test_large_bodies_on_their_way_share_a_byte_budget(files: Path) -> None:
-    # A 1 MiB body limit: four large bodies may be on their way at once (4 MiB), a fifth is refused
-    # at once; small bodies are not counted, and the budget comes back when the stalled ones leave.
-    settings = settings_for(files, max_body_bytes=1024 * 1024, body_timeout=60.0)
-    with running(settings) as server:
-        with contextlib.ExitStack() as stack:
-            for _ in range(4):
-                tls = stack.enter_context(tls_socket(server, files))
-                tls.sendall(head_and_part(1024 * 1024, 1000))
-            wait_for(lambda: server.state.bodies.receiving == 4, "four large bodies to be on their way")
-            with tls_socket(server, files) as fifth:
-                fifth.sendall(head_and_part(900_000, 1000))
-                refused, closed = read_until_closed(fifth, WAIT)
-            with httpx.Client(verify=client_context(files)) as client:
-                small = client.post(
-                    url(server, "/validate"), content=REVIEW, headers={"content-type": "application/json"}
-                )
-        wait_for(lambda: server.state.bodies.receiving == 0, "the stalled connections to be gone")
-        assert server.state.bodies.reserved == 0
+    # A 1 MiB body limit: four large bodies may be on their way at once (4 MiB); a fifth waits for
+    # room and is refused when its time budget is spent; small bodies are not counted.
+    settings = settings_for(files, max_body_bytes=1024 * 1024, body_timeout=60.0, request_budget=1.0)
+    with running(settings) as server, contextlib.ExitStack() as stack:
+        for _ in range(4):
+            tls = stack.enter_context(tls_socket(server, files))
+            tls.sendall(head_and_part(1024 * 1024, 1000))
+        wait_for(lambda: server.state.bodies.receiving == 4, "four large bodies to be on their way")
+        with tls_socket(server, files) as fifth:
+            fifth.sendall(head_and_part(900_000, 1000))
+            refused, closed = read_until_closed(fifth, WAIT)
         with httpx.Client(verify=client_context(files)) as client:
-            large = orjson.loads(REVIEW)
-            large["request"]["object"]["metadata"]["annotations"]["pad"] = "x" * 900_000
-            after = client.post(
-                url(server, "/validate"),
-                content=orjson.dumps(large),
-                headers={"content-type": "application/json"},
+            small = client.post(
+                url(server, "/validate"), content=REVIEW, headers={"content-type": "application/json"}
             )
     assert refused.startswith(b"HTTP/1.1 429 "), refused[:200]
     assert b"retry-after: 1" in refused.lower() and b"too many large request bodies" in refused
     assert closed
     assert small.status_code == 200 and denied_by_gang(small.json()["response"])
-    assert after.status_code == 200 and denied_by_gang(after.json()["response"])
+
+
+def test_a_large_body_waiting_for_room_is_received_once_a_withheld_one_leaves(files: Path) -> None:
+    settings = settings_for(files, max_body_bytes=1024 * 1024, body_timeout=60.0, request_budget=60.0)
+    with running(settings) as server, contextlib.ExitStack() as stack:
+        withheld = []
+        for _ in range(4):
+            withheld.append(stack.enter_context(tls_socket(server, files)))
+            withheld[-1].sendall(head_and_part(1024 * 1024, 1000))
+        wait_for(lambda: server.state.bodies.receiving == 4, "four large bodies to be on their way")
+        answers: list[Any] = []
+        waiting = threading.Thread(
+            target=post_review, args=(files, server, padded(900_000), answers), daemon=True
+        )
+        waiting.start()
+        wait_for(lambda: server.state.bodies.waiting == 1, "the fifth large body to wait for room")
+        withheld[0].close()  # one withheld body leaves: its bytes are given back
+        waiting.join(timeout=WAIT * 3)
+        assert server.state.bodies.receiving == 3  # the other three still withheld
+    assert answers and answers[0].status_code == 200
+    assert denied_by_gang(answers[0].json()["response"])
 
 
 # -- header limits --------------------------------------------------------------------------------

@@ -215,7 +215,7 @@ async def _admit(
     # The whole body first, under its own limits (protocol: body timeout; BodyBudget: bytes), and
     # only then a slot: a client that withholds its body never holds up anyone else's admission.
     try:
-        body = await _receive(state, scope, receive)
+        body = await _receive(state, scope, receive, deadline)
     except _Rejected as exc:
         return _reject(state, endpoint, exc, start)
     except ClientDisconnect:
@@ -290,7 +290,7 @@ async def _admit(
             release()
 
 
-async def _receive(state: ServerState, scope: Scope, receive: Receive) -> bytes:
+async def _receive(state: ServerState, scope: Scope, receive: Receive, deadline: float) -> bytes:
     """The request's body, checked against its headers and received within the body budget."""
     content_type, declared = _body_headers(scope)
     if content_type is None or content_type.partition(";")[0].strip().lower() != _JSON:
@@ -303,7 +303,7 @@ async def _receive(state: ServerState, scope: Scope, receive: Receive) -> bytes:
         raise _too_large(state.max_body_bytes)
     bodies = state.bodies
     try:
-        reserved = bodies.reserve(size)
+        reserved = await bodies.reserve(size, max(0.0, deadline - monotonic()))
     except Busy:
         raise _Rejected(
             429,

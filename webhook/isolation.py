@@ -5,8 +5,9 @@ Bodies: a connection's body is received before it asks for a slot, so a client t
 headers and then nothing (or a body slowly) holds no slot: only its own connection, until its
 body timeout. What receiving costs is bounded apart: a body up to `BodyBudget.threshold` bytes
 (what uvicorn's flow control buffers of any connection anyway) is read at once; a larger one
-first reserves its declared size from a byte budget per worker, and is refused (429) when
-withheld or slow large bodies already hold it, so they cannot exhaust memory either.
+first reserves its declared size from a byte budget per worker, waiting for room while withheld
+or slow large bodies hold it (429 once its time budget is spent), so they cannot exhaust memory
+either.
 
 Slots: at most `size` admissions are decided at once in a worker; up to `queue` more wait (with
 their bodies) for at most `wait` seconds, which absorbs a burst; anything beyond is refused at
@@ -41,7 +42,12 @@ class Busy(Exception):
 
 class BodyBudget:
     """Bytes of large request bodies being received at once, and how many bodies are on their way
-    (event loop thread only)."""
+    (event loop thread only).
+
+    A large body waits (in turn, reading nothing: flow control holds the rest in the client's
+    socket) until its size fits; withheld bodies then cost their connection, not a stream of
+    refusals and reconnections, and a well-behaved large body is received as soon as room frees.
+    """
 
     def __init__(self, limit: int, threshold: int = 64 * 1024) -> None:
         if limit < 1 or threshold < 0:
@@ -50,20 +56,55 @@ class BodyBudget:
         self.threshold = threshold
         self.reserved = 0
         self.receiving = 0  # bodies being received now, large or small
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
 
-    def reserve(self, size: int) -> int:
-        """The bytes reserved for a body of `size` (0 for a small one), or Busy when the large
-        bodies on their way hold the budget. One large body is always let in, so a body of any
-        size the server accepts can be received."""
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def _fits(self, size: int) -> bool:
+        # One large body is always let in, so a body of any size the server accepts can be received.
+        return not self.reserved or self.reserved + size <= self.limit
+
+    async def reserve(self, size: int, wait: float) -> int:
+        """The bytes reserved for a body of `size` (0 for a small one), or Busy when the large bodies
+        on their way leave no room for it within `wait` seconds."""
         if size <= self.threshold:
             return 0
-        if self.reserved and self.reserved + size > self.limit:
-            raise Busy
-        self.reserved += size
+        if not self._waiters and self._fits(size):
+            self.reserved += size
+            return size
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((size, waiter))
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), wait)
+        except TimeoutError:
+            if waiter.done() and not waiter.cancelled():
+                return size  # granted just as the wait ran out: keep it
+            raise Busy from None
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(size)
+            raise
+        finally:
+            self._waiters = [(n, w) for n, w in self._waiters if w is not waiter]
+            if not waiter.done():
+                waiter.cancel()
         return size
 
     def release(self, reserved: int) -> None:
+        """Give `reserved` bytes back, and let in the waiting bodies that now fit, in turn."""
         self.reserved -= reserved
+        while self._waiters:
+            size, waiter = self._waiters[0]
+            if waiter.done():
+                self._waiters.pop(0)
+                continue
+            if not self._fits(size):
+                return
+            self._waiters.pop(0)
+            self.reserved += size
+            waiter.set_result(None)
 
 
 class Slots:
