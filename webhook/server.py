@@ -227,6 +227,7 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
 def serve(settings: Settings) -> int:
     """Run the webhook until SIGTERM/SIGINT and a graceful drain; 0 on a clean stop."""
     stopsignal.install()  # a stop while loading is answered once serving starts, not by dying
+    runtime_tuning.bound_allocator()  # before the first large allocation; the workers inherit it
     logs.configure(settings.log_level)
     settings = dataclasses.replace(settings, workers=workers.usable_workers(settings.workers))
     server = build(settings)
