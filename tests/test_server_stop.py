@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,10 +18,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 
-from tests.test_server_tls import REPO, WAIT, ca, pod_files
+from tests.test_server_tls import REPO, REVIEW, WAIT, ca, client_context, denied_by_gang, pod_files
 from webhook.workers import default_workers, usable_workers
 
 __all__ = ["ca"]  # the module's CA fixture, shared with test_server_tls
@@ -156,3 +158,56 @@ def test_usable_workers(
     assert usable_workers(requested, str(tmp_path)) == expected
     warned = [r.getMessage() for r in caplog.records if "CPUs this process can use" in r.getMessage()]
     assert bool(warned) == (requested > expected)
+
+
+# -- recycling ------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(CPUS < 2, reason="several workers need at least two usable CPUs")
+def test_recycled_workers_fail_no_request(tmp_path: Path, ca: tuple[bytes, bytes]) -> None:
+    files = pod_files(tmp_path, ca)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = serve(files, "--workers", "2", "--recycle-after", "40", "--port", str(port))
+    log = Log(process)
+    answers: list[int | str] = []
+    lock = threading.Lock()
+    try:
+        log.wait(lambda lines: any('"Application startup complete."' in line for line in lines), "a worker")
+        base = f"https://127.0.0.1:{port}"
+
+        def client() -> None:
+            # Keep-alive connections, as the API server's: a retiring worker's answers ask each to
+            # reconnect, which httpx does for the next request.
+            with httpx.Client(verify=client_context(files), timeout=60) as c:
+                for _ in range(100):
+                    try:
+                        r = c.post(
+                            f"{base}/validate", content=REVIEW, headers={"content-type": "application/json"}
+                        )
+                        outcome: int | str = (
+                            r.status_code if denied_by_gang(r.json()["response"]) else "wrong"
+                        )
+                    except httpx.HTTPError as exc:
+                        outcome = type(exc).__name__
+                    with lock:
+                        answers.append(outcome)
+
+        clients = [threading.Thread(target=client, daemon=True) for _ in range(4)]
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join(START * 3)
+        log.wait(lambda lines: any('"worker recycled"' in line for line in lines), "a worker to be recycled")
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=START)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+    assert answers == [200] * 400
+    messages = log.messages()
+    assert "worker died: starting another" not in messages
+    assert process.returncode == 0

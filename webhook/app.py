@@ -68,6 +68,8 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     engine: Engine | None = None
     shutting_down: bool = False
+    closing_connections: bool = False  # a retiring worker: every answer asks the client to reconnect
+    admissions: int = 0  # admission calls answered by this worker (what recycling counts)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     budget: float = DEFAULT_BUDGET_SECONDS
     large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
@@ -191,6 +193,7 @@ def create_app(state: ServerState) -> ASGIApp:
 async def _guarded(state: ServerState, endpoint: _Endpoint, scope: Scope, receive: Receive) -> Response:
     """_admit(), with the last word on anything it did not foresee: a 400 naming the error, never a 500."""
     start = perf_counter()
+    state.admissions += 1
     try:
         return await _admit(state, endpoint, scope, receive, start)
     except Exception as exc:  # RecursionError, MemoryError, a bug: the API server applies failurePolicy
@@ -404,7 +407,7 @@ def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: fl
         error=error,
     )
     # While draining, ask clients to reconnect (elsewhere: this endpoint is being removed).
-    headers = {"connection": "close"} if state.shutting_down else None
+    headers = {"connection": "close"} if state.shutting_down or state.closing_connections else None
     return Response(content, media_type=_JSON, headers=headers)
 
 
@@ -481,8 +484,9 @@ def _reject(state: ServerState, endpoint: _Endpoint, exc: _Rejected, start: floa
         extra={"endpoint": endpoint.name, "status": exc.status, "reason": logs.clip(exc.message)},
     )
     headers = dict(exc.headers or {})
-    if exc.status in (413, 429):
-        # An unread body would be parsed as the next request on this connection: close it instead.
+    if exc.status in (413, 429) or state.closing_connections:
+        # An unread body would be parsed as the next request on this connection: close it instead
+        # (and a retiring worker sends every client to its successor).
         headers["connection"] = "close"
     return _json(exc.status, {"error": exc.message}, headers or None)
 

@@ -18,6 +18,7 @@ import math
 import os
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import time
@@ -37,6 +38,8 @@ _RESTARTS = 5  # per _RESTART_WINDOW seconds; a worker dying faster than that st
 _RESTART_WINDOW = 60.0
 _POLL = 0.1
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_MESSAGE = struct.Struct("!cI")  # a worker's message to its supervisor: kind, pid
+_RETIRE = signal.SIGUSR2  # supervisor to worker: your replacement is ready
 
 
 def default_workers(cgroup_root: str = "/sys/fs/cgroup") -> int:
@@ -102,7 +105,14 @@ def run(server: WebhookServer, settings: Settings) -> int:
         for pid in children:
             _signal(pid, sig)
 
-    def start(index: int) -> None:
+    # Workers tell the supervisor through a pipe: "R" ready (accepting), "O" old (replace me).
+    # Five bytes a message, far below PIPE_BUF, so the writes of several workers never interleave.
+    inbox, outbox = os.pipe()
+    os.set_blocking(inbox, False)
+    replacing: dict[int, int] = {}  # new pid -> the pid of the worker it replaces, until it is ready
+    retiring: set[int] = set()
+
+    def start(index: int) -> int:
         # Stop signals wait while a worker is forked: one that came between fork() and the pid
         # being listed would reach the supervisor but never the new worker, which would then
         # serve on until it is killed. Pending signals are not inherited, so the worker starts
@@ -111,10 +121,28 @@ def run(server: WebhookServer, settings: Settings) -> int:
         try:
             pid = os.fork()
             if pid == 0:
-                _worker(server, index, parent, sock)
+                os.close(inbox)
+                _worker(server, index, parent, sock, outbox, settings.recycle_after)
             children[pid] = index
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stopsignal.STOP_SIGNALS)
+        return pid
+
+    def read_inbox() -> None:
+        try:
+            data = os.read(inbox, 4096)
+        except BlockingIOError:
+            return
+        for offset in range(0, len(data) - len(data) % _MESSAGE.size, _MESSAGE.size):
+            kind, pid = _MESSAGE.unpack_from(data, offset)
+            if kind == b"O" and pid in children and pid not in retiring and not stopping:
+                # The replacement starts first; the old worker stops accepting only once it is ready.
+                replacing[start(children[pid])] = pid
+                log.info("recycling a worker: starting its replacement", extra={"pid": pid})
+            elif kind == b"R" and pid in replacing:
+                old = replacing.pop(pid)
+                retiring.add(old)
+                _signal(old, _RETIRE)
 
     original = {sig: signal.signal(sig, on_signal) for sig in stopsignal.STOP_SIGNALS}
     stopping.extend(stopsignal.take())  # asked to stop while the server was being built
@@ -138,6 +166,7 @@ def run(server: WebhookServer, settings: Settings) -> int:
                 log.error("workers killed: not drained in time", extra={"pids": sorted(children)})
                 failed = True
                 stop_at = math.inf
+            read_inbox()
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 time.sleep(_POLL)
@@ -149,6 +178,16 @@ def run(server: WebhookServer, settings: Settings) -> int:
             code = os.waitstatus_to_exitcode(status)
             if stopping:
                 failed = failed or code != 0
+                continue
+            if pid in retiring:
+                retiring.discard(pid)
+                log.info("worker recycled", extra={"worker": index, "pid": pid, "exit": code})
+                continue
+            if pid in replacing:  # the replacement died before it was ready: the old one serves on
+                replacing.pop(pid)
+                log.error(
+                    "a replacement worker died before it was ready", extra={"worker": index, "exit": code}
+                )
                 continue
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < _RESTART_WINDOW] + [now]
@@ -163,14 +202,22 @@ def run(server: WebhookServer, settings: Settings) -> int:
         for sig, handler in original.items():
             signal.signal(sig, handler)
         sock.close()
+        os.close(inbox)
+        os.close(outbox)
     log.info("stopped")
     return 1 if failed else 0
 
 
-def _worker(server: WebhookServer, index: int, parent: int, sock: socket.socket) -> NoReturn:
+def _worker(
+    server: WebhookServer, index: int, parent: int, sock: socket.socket, outbox: int, recycle_after: int
+) -> NoReturn:
     """The forked worker's whole life: serve until stopped, then leave without returning."""
     code = 1
     try:
+        me = os.getpid()
+        server.tell = lambda kind: _tell(outbox, kind, me)
+        server.recycle_after = recycle_after
+        signal.signal(_RETIRE, lambda sig, frame: server.retire())
         # Until uvicorn installs its handlers a stop signal is recorded, and answered by them
         # (WebhookServer.capture_signals), or here before serving: nothing is in flight yet.
         stopsignal.install()
@@ -194,6 +241,11 @@ def _worker(server: WebhookServer, index: int, parent: int, sock: socket.socket)
         logging.shutdown()
         sys.stderr.flush()
         os._exit(code)  # never return into the parent's code
+
+
+def _tell(outbox: int, kind: bytes, pid: int) -> None:
+    with contextlib.suppress(OSError):  # the supervisor is gone: PDEATHSIG stops this worker
+        os.write(outbox, _MESSAGE.pack(kind, pid))
 
 
 class _WorkerField(logging.Filter):

@@ -118,6 +118,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "cpu.max or the CPUs this process may use; more is capped with a warning)",
     )
     limits.add_argument(
+        "--recycle-after",
+        type=_non_negative_int,
+        default=0,
+        metavar="N",
+        help="replace a worker with a fresh process after N admissions: the replacement starts "
+        "accepting first, the old one then answers its open connections asking clients to "
+        "reconnect and drains (default: 0, never; memory stays flat without it)",
+    )
+    limits.add_argument(
         "--max-in-flight",
         type=_positive_int,
         default=8,
@@ -169,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     workers = args.workers or default_workers()
     # Before webhook.server imports prometheus_client: with several workers, /metrics sums them all
     # (serve() caps --workers at the usable CPUs, and says so).
-    metrics_dir = shared_metrics_dir() if min(workers, default_workers()) > 1 else None
+    supervised = min(workers, default_workers()) > 1 or args.recycle_after > 0
+    metrics_dir = shared_metrics_dir() if supervised else None
 
     from webhook.server import ServerError, Settings, serve
 
@@ -207,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         max_queued=16 * args.max_in_flight,
         request_budget=args.request_budget,
         inline_slice=args.inline_slice,
+        recycle_after=args.recycle_after,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,
         audit=args.audit,
@@ -232,6 +243,13 @@ def _positive_int(text: str) -> int:
     value = int(_number(text, int))
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(_number(text, int))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value}")
     return value
 
 
