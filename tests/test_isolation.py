@@ -62,18 +62,17 @@ def test_a_decision_error_reaches_the_caller() -> None:
 
 
 BUDGETS = [
-    pytest.param([10, 20, 30], [], [0, 0, 0], id="small-bodies-reserve-nothing"),
     pytest.param([100, 100], [], [100, 100], id="large-bodies-within-the-budget"),
     pytest.param([100, 100, 100], [], [100, 100, "busy"], id="past-the-budget-refused-after-its-wait"),
     pytest.param([100, 100, 100], [0], [100, 100, 100], id="past-the-budget-let-in-when-one-leaves"),
     pytest.param([500], [], [500], id="one-body-over-the-budget-still-received"),
     pytest.param([500, 100], [], [500, "busy"], id="none-beside-an-oversized-one"),
-    pytest.param([200, 100, 10], [], [200, "busy", 0], id="a-small-body-never-waits"),
+    pytest.param([200, 100, 10], [], [200, "busy", "busy"], id="arrivals-wait-in-turn"),
 ]
 
 
 @pytest.mark.parametrize(("sizes", "leaving", "expected"), BUDGETS)
-def test_body_budget_bounds_the_large_bodies_on_their_way(
+def test_body_budget_bounds_the_bytes_on_their_way(
     sizes: list[int], leaving: list[int], expected: list[int | str]
 ) -> None:
     """Bodies arrive in order; the ones in `leaving` (by index) end once every body has arrived."""

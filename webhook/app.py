@@ -305,22 +305,13 @@ async def _receive(state: ServerState, scope: Scope, receive: Receive, deadline:
     if size > state.max_body_bytes:
         raise _too_large(state.max_body_bytes)
     bodies = state.bodies
-    try:
-        reserved = await bodies.reserve(size, max(0.0, deadline - monotonic()))
-    except Busy:
-        raise _Rejected(
-            429,
-            "busy-receiving",
-            f"too many large request bodies on their way ({bodies.reserved} bytes); "
-            f"retry in {RETRY_AFTER_SECONDS} s",
-            {"retry-after": str(RETRY_AFTER_SECONDS)},
-        ) from None
     bodies.receiving += 1
+    held = [0]  # bytes of this body counted against the budget so far
     try:
-        return await _read_body(receive, state.max_body_bytes)
+        return await _read_body(receive, state.max_body_bytes, bodies, held, deadline)
     finally:
         bodies.receiving -= 1
-        bodies.release(reserved)
+        bodies.release(held[0])
 
 
 def _reserve_large_body(state: ServerState, size: int) -> int:
@@ -454,8 +445,13 @@ def _body_headers(scope: Scope) -> tuple[str | None, str | None]:
     return content_type, declared
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
-    """The body, read in chunks and abandoned past `limit` bytes."""
+async def _read_body(
+    receive: Receive, limit: int, bodies: BodyBudget, held: list[int], deadline: float
+) -> bytes:
+    """The body, read in chunks and abandoned past `limit` bytes. What arrives beyond the budget's
+    threshold is counted against it (in `held`) as it arrives: a body withheld after its headers,
+    or after a part, holds only what it sent; one that would take the budget past its limit waits,
+    reading nothing, for room until `deadline`, then is refused (429)."""
     # ASGI receive() directly: what Request.stream() does, without an async generator per request.
     chunks: list[bytes] = []
     size = 0
@@ -470,6 +466,18 @@ async def _read_body(receive: Receive, limit: int) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
+        beyond = size - bodies.threshold
+        if beyond > held[0]:
+            try:
+                held[0] += await bodies.reserve(beyond - held[0], max(0.0, deadline - monotonic()))
+            except Busy:
+                raise _Rejected(
+                    429,
+                    "busy-receiving",
+                    f"too many large request bodies on their way ({bodies.reserved} bytes); "
+                    f"retry in {RETRY_AFTER_SECONDS} s",
+                    {"retry-after": str(RETRY_AFTER_SECONDS)},
+                ) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one chunk, the usual case: no copy
 
 

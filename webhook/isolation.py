@@ -3,11 +3,11 @@ slots and the deciding threads.
 
 Bodies: a connection's body is received before it asks for a slot, so a client that sends
 headers and then nothing (or a body slowly) holds no slot: only its own connection, until its
-body timeout. What receiving costs is bounded apart: a body up to `BodyBudget.threshold` bytes
-(what uvicorn's flow control buffers of any connection anyway) is read at once; a larger one
-first reserves its declared size from a byte budget per worker, waiting for room while withheld
-or slow large bodies hold it (429 once its time budget is spent), so they cannot exhaust memory
-either.
+body timeout. What receiving costs is bounded apart: the first `BodyBudget.threshold` bytes of
+a body (what uvicorn's flow control buffers of any connection anyway) are read at once; what
+comes beyond is counted, as it arrives, against a byte budget per worker, and a body that would
+exceed it waits for room (429 once its time budget is spent), so withheld or slow large bodies
+cannot exhaust memory either.
 
 Slots: at most `size` admissions are decided at once in a worker; up to `queue` more wait (with
 their bodies) for at most `wait` seconds, which absorbs a burst; anything beyond is refused at
@@ -41,12 +41,13 @@ class Busy(Exception):
 
 
 class BodyBudget:
-    """Bytes of large request bodies being received at once, and how many bodies are on their way
-    (event loop thread only).
+    """Bytes of request bodies received and not yet complete, counted past the first `threshold`
+    bytes of each, and how many bodies are on their way (event loop thread only).
 
-    A large body waits (in turn, reading nothing: flow control holds the rest in the client's
-    socket) until its size fits; withheld bodies then cost their connection, not a stream of
-    refusals and reconnections, and a well-behaved large body is received as soon as room frees.
+    Bytes are counted as they arrive, so a body withheld after its headers holds nothing and one
+    withheld after a part holds that part. A body that would take the count past the limit waits
+    (in turn, reading nothing: flow control leaves the rest in the client's socket) until room
+    frees; withheld bodies then cost their connection, not a stream of refusals and reconnections.
     """
 
     def __init__(self, limit: int, threshold: int = 64 * 1024) -> None:
@@ -63,14 +64,13 @@ class BodyBudget:
         return len(self._waiters)
 
     def _fits(self, size: int) -> bool:
-        # One large body is always let in, so a body of any size the server accepts can be received.
+        # With nothing else on its way any body goes on, so one of any size the server accepts
+        # can always be received.
         return not self.reserved or self.reserved + size <= self.limit
 
     async def reserve(self, size: int, wait: float) -> int:
-        """The bytes reserved for a body of `size` (0 for a small one), or Busy when the large bodies
-        on their way leave no room for it within `wait` seconds."""
-        if size <= self.threshold:
-            return 0
+        """`size` bytes reserved (returned), or Busy when the bodies on their way leave no room for
+        them within `wait` seconds."""
         if not self._waiters and self._fits(size):
             self.reserved += size
             return size
