@@ -130,10 +130,10 @@ def run(server: WebhookServer, settings: Settings) -> int:
 
     def read_inbox() -> None:
         try:
-            data = os.read(inbox, 4096)
+            data = os.read(inbox, 819 * _MESSAGE.size)  # whole messages only
         except BlockingIOError:
             return
-        for offset in range(0, len(data) - len(data) % _MESSAGE.size, _MESSAGE.size):
+        for offset in range(0, len(data), _MESSAGE.size):
             kind, pid = _MESSAGE.unpack_from(data, offset)
             if kind == b"O" and pid in children and pid not in retiring and not stopping:
                 # The replacement starts first; the old worker stops accepting only once it is ready.
