@@ -38,7 +38,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from webhook import logs, review
+from webhook import logs, review, runtime_tuning
 from webhook.engine import Decision, Deferred, Engine, Finding
 from webhook.errors import InputError
 from webhook.isolation import BodyBudget, Busy, DecisionThreads, Slots
@@ -284,6 +284,9 @@ async def _admit(
         def release(_: object = None) -> None:
             state.slots.release()
             state.large_bytes_in_flight -= reserved
+            if reserved:
+                # Once this admission's buffers are gone (after the answer is on its way).
+                asyncio.get_running_loop().call_soon(runtime_tuning.give_back_free_memory)
 
         if work is not None and not work.done():
             # The thread is still deciding: its slot stays taken until it ends, so a pile of
