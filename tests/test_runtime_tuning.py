@@ -56,3 +56,39 @@ def test_a_large_buffer_needed_again_is_still_given_back_whole(mode: str, where:
         [sys.executable, "-c", PROBE, mode], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == where
+
+
+TRIM_PROBE = """
+import ctypes
+from webhook import runtime_tuning
+
+assert runtime_tuning.bound_allocator()
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.memset.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t]
+
+def resident_mib():
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096 / 2**20
+
+# 64 MiB of 64 KiB blocks (below the mmap threshold: from the heap), every 16th kept: freed space
+# between live blocks, which a trim of the heap's top cannot reach.
+blocks = [libc.malloc(64 * 1024) for _ in range(1024)]
+for block in blocks:
+    libc.memset(block, 1, 64 * 1024)
+for i, block in enumerate(blocks):
+    if i % 16:
+        libc.free(block)
+before = resident_mib()
+runtime_tuning.give_back_free_memory()
+print(round(before - resident_mib()))
+"""
+
+
+@pytest.mark.skipif(not _glibc(), reason="glibc's allocator only (malloc_trim)")
+def test_free_memory_between_live_blocks_goes_back_to_the_kernel() -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", TRIM_PROBE], cwd=REPO, capture_output=True, text=True, timeout=60, check=True
+    )
+    assert int(out.stdout.strip()) >= 32  # MiB of the 60 freed
