@@ -35,6 +35,7 @@ from tests.test_server_tls import (
     WAIT,
     client_context,
     denied_by_gang,
+    metric,
     pod_files,
     read_response,
     running,
@@ -209,6 +210,89 @@ def test_a_client_that_never_starts_the_tls_handshake_is_disconnected(files: Pat
         waited = time.monotonic() - started
     assert data == b""
     assert waited < WAIT
+
+
+# -- clients that withhold their body: no slot held, bytes bounded ----------------------------------
+
+
+def head_and_part(declared: int, sent: int) -> bytes:
+    """A /validate request's headers declaring `declared` bytes of body, and the first `sent` of them."""
+    return post_bytes(b"x" * declared)[: -declared or None] + b"x" * sent
+
+
+WITHHELD = [
+    pytest.param(100_000, 0, id="headers-and-no-body"),
+    pytest.param(len(REVIEW), len(REVIEW) // 2, id="half-a-review"),
+    pytest.param(1024 * 1024, 1000, id="a-large-body-barely-begun"),
+]
+
+
+@pytest.mark.parametrize(("declared", "sent"), WITHHELD)
+def test_withheld_bodies_hold_no_slot_and_a_full_review_is_answered(
+    files: Path, declared: int, sent: int
+) -> None:
+    # Two slots and two places in the queue: before bodies came first, four such clients were
+    # enough to turn every other admission into a 429 until their body timeout.
+    settings = settings_for(files, max_in_flight=2, max_queued=2, queue_wait=0.2, body_timeout=60.0)
+    stalled = 12
+    with running(settings) as server, contextlib.ExitStack() as stack:
+        for _ in range(stalled):
+            tls = stack.enter_context(tls_socket(server, files))
+            tls.sendall(head_and_part(declared, sent))
+        wait_for(
+            lambda: server.state.bodies.receiving == stalled, "the server to read every request's headers"
+        )
+        with httpx.Client(verify=client_context(files)) as client:
+            answers = [
+                client.post(
+                    url(server, "/validate"), content=REVIEW, headers={"content-type": "application/json"}
+                )
+                for _ in range(5)
+            ]
+        assert [a.status_code for a in answers] == [200] * 5
+        assert all(denied_by_gang(a.json()["response"]) for a in answers)
+        assert server.state.bodies.receiving == stalled  # still waiting for their bodies
+        assert metric(server, "trainguard_admissions_in_flight") == 0
+        assert metric(server, "trainguard_admissions_waiting") == 0
+
+
+def padded(pad: int) -> bytes:
+    review = orjson.loads(REVIEW)
+    review["request"]["object"]["metadata"]["annotations"]["pad"] = "x" * pad
+    return orjson.dumps(review)
+
+
+def test_large_bodies_on_their_way_share_a_byte_budget(files: Path) -> None:
+    # A 1 MiB body limit: bodies on their way may hold 4 MiB (past their first 64 KiB each). Four
+    # withheld just before their last byte hold nearly all of it; a fifth large body waits for room
+    # while a small review is answered, and is received once one of the four leaves.
+    settings = settings_for(files, max_body_bytes=1024 * 1024, body_timeout=60.0, request_budget=60.0)
+    with running(settings) as server, contextlib.ExitStack() as stack:
+        withheld = []
+        for _ in range(4):
+            withheld.append(stack.enter_context(tls_socket(server, files)))
+            withheld[-1].sendall(head_and_part(1024 * 1024, 1024 * 1024 - 1))
+        wait_for(
+            lambda: server.state.bodies.reserved == 4 * (1024 * 1024 - 1 - 64 * 1024),
+            "four large bodies to be received but their last byte",
+        )
+        answers: list[Any] = []
+        waiting = threading.Thread(
+            target=post_review, args=(files, server, padded(900_000), answers), daemon=True
+        )
+        waiting.start()
+        wait_for(lambda: server.state.bodies.waiting == 1, "the fifth large body to wait for room")
+        with httpx.Client(verify=client_context(files)) as client:
+            small = client.post(
+                url(server, "/validate"), content=REVIEW, headers={"content-type": "application/json"}
+            )
+        assert server.state.bodies.waiting == 1 and not answers  # still waiting
+        withheld[0].close()  # one withheld body leaves: its bytes are given back
+        waiting.join(timeout=WAIT * 3)
+        assert server.state.bodies.receiving == 3  # the other three still withheld
+    assert small.status_code == 200 and denied_by_gang(small.json()["response"])
+    assert answers and answers[0].status_code == 200
+    assert denied_by_gang(answers[0].json()["response"])
 
 
 # -- header limits --------------------------------------------------------------------------------

@@ -13,12 +13,14 @@ Errors are reported in two separate ways (as kopf and Kyverno do):
 Until a policy set is installed the admission endpoints answer 503 (the server cannot decide yet,
 so failurePolicy does) and /readyz is not ready.
 
-Isolation (DESIGN §6): an admission takes a slot (isolation.Slots: a few at once, a short queue,
-else 429 with Retry-After) before its body is read, and is parsed and decided on a deciding
-thread, so /healthz and /readyz, answered on the event loop, never wait behind a decision. Each
-admission has a time budget: policies not evaluated when it runs out get their failurePolicy
-outcome, and an answer still not ready at the budget is the fail-closed one (deny on /validate,
-no patch on /mutate), with a message saying so, well before the API server's timeout.
+Isolation (DESIGN §6): an admission's body is received first (isolation.BodyBudget bounds the
+bytes of large bodies on their way), then it takes a slot (isolation.Slots: a few at once, a
+short queue, else 429 with Retry-After), so a client withholding its body holds no slot; it is
+parsed and decided on the event loop within a slice, or on a deciding thread, so /healthz and
+/readyz never wait behind a decision. Each admission has a time budget: policies not evaluated
+when it runs out get their failurePolicy outcome, and an answer still not ready at the budget is
+the fail-closed one (deny on /validate, no patch on /mutate), with a message saying so, well
+before the API server's timeout.
 """
 
 from __future__ import annotations
@@ -36,10 +38,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from webhook import logs, review
+from webhook import logs, review, runtime_tuning
 from webhook.engine import Decision, Deferred, Engine, Finding
 from webhook.errors import InputError
-from webhook.isolation import Busy, DecisionThreads, Slots
+from webhook.isolation import BodyBudget, Busy, DecisionThreads, Slots
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
 from webhook.notes import Notes
@@ -50,6 +52,7 @@ LARGE_BODY_BYTES = 256 * 1024  # a 30-env 8-GPU training Pod's review is about 1
 # Bodies up to this size are decided on the event loop, within ServerState.inline_slice (larger
 # ones, and the rare small one that needs longer, on a deciding thread).
 INLINE_BODY_BYTES = 64 * 1024
+RECEIVING_BUDGET_BODIES = 4  # bodies of the largest size that may be on their way at once, per worker
 RETRY_AFTER_SECONDS = 1
 _JSON = "application/json"
 _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook itself
@@ -66,10 +69,17 @@ class ServerState:
     metrics: Metrics = field(default_factory=Metrics)
     engine: Engine | None = None
     shutting_down: bool = False
+    closing_connections: bool = False  # a retiring worker: every answer asks the client to reconnect
+    admissions: int = 0  # admission calls answered by this worker (what recycling counts)
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     budget: float = DEFAULT_BUDGET_SECONDS
     large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
     large_bytes_in_flight: int = 0
+    # Large bodies being received at once: a body withheld after its headers holds its bytes here
+    # (until its body timeout), never a slot.
+    bodies: BodyBudget = field(
+        default_factory=lambda: BodyBudget(RECEIVING_BUDGET_BODIES * DEFAULT_MAX_BODY_BYTES)
+    )
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
     inline_slice: float = DEFAULT_INLINE_SLICE  # seconds an inline decision may take before deferring
     # What a side task (the audit) cannot do, by task: /readyz says it without failing admission.
@@ -192,6 +202,7 @@ def create_app(state: ServerState) -> ASGIApp:
 async def _guarded(state: ServerState, endpoint: _Endpoint, scope: Scope, receive: Receive) -> Response:
     """_admit(), with the last word on anything it did not foresee: a 400 naming the error, never a 500."""
     start = perf_counter()
+    state.admissions += 1
     try:
         return await _admit(state, endpoint, scope, receive, start)
     except Exception as exc:  # RecursionError, MemoryError, a bug: the API server applies failurePolicy
@@ -213,9 +224,22 @@ async def _admit(
     state: ServerState, endpoint: _Endpoint, scope: Scope, receive: Receive, start: float
 ) -> Response:
     deadline = monotonic() + state.budget
+    # The whole body first, under its own limits (protocol: body timeout; BodyBudget: bytes), and
+    # only then a slot: a client that withholds its body never holds up anyone else's admission.
+    try:
+        body = await _receive(state, scope, receive, deadline)
+    except _Rejected as exc:
+        return _reject(state, endpoint, exc, start)
+    except ClientDisconnect:
+        return _reject(state, endpoint, _Rejected(400, "client-disconnect", "client went away"), start)
+    try:
+        reserved = _reserve_large_body(state, len(body))
+    except _Rejected as exc:
+        return _reject(state, endpoint, exc, start)
     try:
         await state.slots.acquire()
     except Busy:
+        state.large_bytes_in_flight -= reserved
         busy = _Rejected(
             429,
             "busy",
@@ -224,20 +248,14 @@ async def _admit(
             {"retry-after": str(RETRY_AFTER_SECONDS)},
         )
         return _reject(state, endpoint, busy, start)
+    except BaseException:  # cancelled while waiting (a drain): the reservation goes with it
+        state.large_bytes_in_flight -= reserved
+        raise
     work: asyncio.Future[_Answer] | None = None
-    reserved = 0
     try:
-        try:
-            content_type, declared = _body_headers(scope)
-            reserved = _reserve_large_body(state, declared)
-            body = await _read_body(receive, content_type, declared, state.max_body_bytes)
-            engine = state.engine
-            if engine is None:
-                raise _Rejected(503, "not-ready", "no policy set is loaded yet")
-        except _Rejected as exc:
-            return _reject(state, endpoint, exc, start)
-        except ClientDisconnect:
-            return _reject(state, endpoint, _Rejected(400, "client-disconnect", "client went away"), start)
+        engine = state.engine
+        if engine is None:
+            return _reject(state, endpoint, _Rejected(503, "not-ready", "no policy set is loaded yet"), start)
         try:
             raw = review.loads(body)  # on the loop: fast, and the uid lets a late answer be used
         except review.ReviewError as exc:
@@ -275,6 +293,9 @@ async def _admit(
         def release(_: object = None) -> None:
             state.slots.release()
             state.large_bytes_in_flight -= reserved
+            if reserved:
+                # Once this admission's buffers are gone (after the answer is on its way).
+                asyncio.get_running_loop().call_soon(runtime_tuning.give_back_free_memory)
 
         if work is not None and not work.done():
             # The thread is still deciding: its slot stays taken until it ends, so a pile of
@@ -284,16 +305,37 @@ async def _admit(
             release()
 
 
-def _reserve_large_body(state: ServerState, declared: str | None) -> int:
-    """Bytes reserved for a large body, or _Rejected (429) when large bodies use up their budget.
+async def _receive(state: ServerState, scope: Scope, receive: Receive, deadline: float) -> bytes:
+    """The request's body, checked against its headers and received within the body budget."""
+    content_type, declared = _body_headers(scope)
+    if content_type is None or content_type.partition(";")[0].strip().lower() != _JSON:
+        raise _Rejected(400, "content-type", f"header Content-Type must be {_JSON}, got {content_type!r}")
+    if declared is not None and not declared.isdigit():
+        raise _Rejected(400, "malformed", f"header Content-Length is not a number: {declared!r}")
+    # No Content-Length (a chunked body): it may be as large as the limit allows.
+    size = int(declared) if declared is not None else state.max_body_bytes
+    if size > state.max_body_bytes:
+        raise _too_large(state.max_body_bytes)
+    bodies = state.bodies
+    bodies.receiving += 1
+    held = [0]  # bytes of this body counted against the budget so far
+    try:
+        return await _read_body(receive, state.max_body_bytes, bodies, held, deadline)
+    finally:
+        bodies.receiving -= 1
+        bodies.release(held[0])
+
+
+def _reserve_large_body(state: ServerState, size: int) -> int:
+    """Bytes reserved for deciding a large body, or _Rejected (429) when large bodies use up their budget.
 
     A decision holds about 15 times its body in memory (the decoded object, the workload view,
     the CEL values): a few slots of 3 MiB bodies would need more memory than many slots of the
-    usual 10 KB. So bodies past LARGE_BODY_BYTES also draw on a byte budget per worker; one
-    large body is always let through, so any body under the size limit can be decided.
+    usual 10 KB. So bodies past LARGE_BODY_BYTES also draw on a byte budget per worker while they
+    wait for a slot and are decided; one large body is always let through, so any body under the
+    size limit can be decided.
     """
-    size = int(declared) if declared is not None and declared.isdigit() else state.max_body_bytes
-    if size < LARGE_BODY_BYTES or size > state.max_body_bytes:  # small, or a 413 without reading it
+    if size < LARGE_BODY_BYTES:
         return 0
     if state.large_bytes_in_flight and state.large_bytes_in_flight + size > state.large_body_budget:
         raise _Rejected(
@@ -368,7 +410,7 @@ def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: fl
         error=error,
     )
     # While draining, ask clients to reconnect (elsewhere: this endpoint is being removed).
-    headers = {"connection": "close"} if state.shutting_down else None
+    headers = {"connection": "close"} if state.shutting_down or state.closing_connections else None
     return Response(content, media_type=_JSON, headers=headers)
 
 
@@ -415,15 +457,13 @@ def _body_headers(scope: Scope) -> tuple[str | None, str | None]:
     return content_type, declared
 
 
-async def _read_body(receive: Receive, content_type: str | None, declared: str | None, limit: int) -> bytes:
-    """The body, after the Content-Type check, read in chunks and abandoned past `limit` bytes."""
-    if content_type is None or content_type.partition(";")[0].strip().lower() != _JSON:
-        raise _Rejected(400, "content-type", f"header Content-Type must be {_JSON}, got {content_type!r}")
-    if declared is not None:
-        if not declared.isdigit():
-            raise _Rejected(400, "malformed", f"header Content-Length is not a number: {declared!r}")
-        if int(declared) > limit:
-            raise _too_large(limit)
+async def _read_body(
+    receive: Receive, limit: int, bodies: BodyBudget, held: list[int], deadline: float
+) -> bytes:
+    """The body, read in chunks and abandoned past `limit` bytes. What arrives beyond the budget's
+    threshold is counted against it (in `held`) as it arrives: a body withheld after its headers,
+    or after a part, holds only what it sent; one that would take the budget past its limit waits,
+    reading nothing, for room until `deadline`, then is refused (429)."""
     # ASGI receive() directly: what Request.stream() does, without an async generator per request.
     chunks: list[bytes] = []
     size = 0
@@ -438,6 +478,18 @@ async def _read_body(receive: Receive, content_type: str | None, declared: str |
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
+        beyond = size - bodies.threshold
+        if beyond > held[0]:
+            try:
+                held[0] += await bodies.reserve(beyond - held[0], max(0.0, deadline - monotonic()))
+            except Busy:
+                raise _Rejected(
+                    429,
+                    "busy-receiving",
+                    f"too many large request bodies on their way ({bodies.reserved} bytes); "
+                    f"retry in {RETRY_AFTER_SECONDS} s",
+                    {"retry-after": str(RETRY_AFTER_SECONDS)},
+                ) from None
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)  # one chunk, the usual case: no copy
 
 
@@ -452,8 +504,9 @@ def _reject(state: ServerState, endpoint: _Endpoint, exc: _Rejected, start: floa
         extra={"endpoint": endpoint.name, "status": exc.status, "reason": logs.clip(exc.message)},
     )
     headers = dict(exc.headers or {})
-    if exc.status in (413, 429):
-        # An unread body would be parsed as the next request on this connection: close it instead.
+    if exc.status in (413, 429) or state.closing_connections:
+        # An unread body would be parsed as the next request on this connection: close it instead
+        # (and a retiring worker sends every client to its successor).
         headers["connection"] = "close"
     return _json(exc.status, {"error": exc.message}, headers or None)
 

@@ -1,10 +1,18 @@
-"""Keeping one admission from holding up the others: a bounded set of slots and the deciding threads.
+"""Keeping one admission from holding up the others: bodies received first, then a bounded set of
+slots and the deciding threads.
 
-Slots: at most `size` admissions are read and decided at once in a worker; up to `queue` more
-wait (holding their headers and what flow control lets in of the body, 64 KiB) for at most
-`wait` seconds, which absorbs a burst; anything beyond is refused at once with 429 and
-Retry-After, so memory stays bounded and the API server gets an answer quickly, not at its
-timeout.
+Bodies: a connection's body is received before it asks for a slot, so a client that sends
+headers and then nothing (or a body slowly) holds no slot: only its own connection, until its
+body timeout. What receiving costs is bounded apart: the first `BodyBudget.threshold` bytes of
+a body (what uvicorn's flow control buffers of any connection anyway) are read at once; what
+comes beyond is counted, as it arrives, against a byte budget per worker, and a body that would
+exceed it waits for room (429 once its time budget is spent), so withheld or slow large bodies
+cannot exhaust memory either.
+
+Slots: at most `size` admissions are decided at once in a worker; up to `queue` more wait (with
+their bodies) for at most `wait` seconds, which absorbs a burst; anything beyond is refused at
+once with 429 and Retry-After, so memory stays bounded and the API server gets an answer
+quickly, not at its timeout.
 
 Deciding threads: decisions are CPU work; run on the event loop, one slow decision would hold up
 /healthz, /readyz and every other connection of the worker. On a few threads, the loop gets the
@@ -21,7 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
-__all__ = ["Busy", "DecisionThreads", "Slots"]
+__all__ = ["BodyBudget", "Busy", "DecisionThreads", "Slots"]
 
 log = logging.getLogger("trainguard.server")
 
@@ -30,6 +38,73 @@ T = TypeVar("T")
 
 class Busy(Exception):
     """No slot within the wait: the caller answers 429."""
+
+
+class BodyBudget:
+    """Bytes of request bodies received and not yet complete, counted past the first `threshold`
+    bytes of each, and how many bodies are on their way (event loop thread only).
+
+    Bytes are counted as they arrive, so a body withheld after its headers holds nothing and one
+    withheld after a part holds that part. A body that would take the count past the limit waits
+    (in turn, reading nothing: flow control leaves the rest in the client's socket) until room
+    frees; withheld bodies then cost their connection, not a stream of refusals and reconnections.
+    """
+
+    def __init__(self, limit: int, threshold: int = 64 * 1024) -> None:
+        if limit < 1 or threshold < 0:
+            raise ValueError(f"a body budget needs limit >= 1, threshold >= 0; got {limit}, {threshold}")
+        self.limit = limit
+        self.threshold = threshold
+        self.reserved = 0
+        self.receiving = 0  # bodies being received now, large or small
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def _fits(self, size: int) -> bool:
+        # With nothing else on its way any body goes on, so one of any size the server accepts
+        # can always be received.
+        return not self.reserved or self.reserved + size <= self.limit
+
+    async def reserve(self, size: int, wait: float) -> int:
+        """`size` bytes reserved (returned), or Busy when the bodies on their way leave no room for
+        them within `wait` seconds."""
+        if not self._waiters and self._fits(size):
+            self.reserved += size
+            return size
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((size, waiter))
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), wait)
+        except TimeoutError:
+            if waiter.done() and not waiter.cancelled():
+                return size  # granted just as the wait ran out: keep it
+            raise Busy from None
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(size)
+            raise
+        finally:
+            self._waiters = [(n, w) for n, w in self._waiters if w is not waiter]
+            if not waiter.done():
+                waiter.cancel()
+        return size
+
+    def release(self, reserved: int) -> None:
+        """Give `reserved` bytes back, and let in the waiting bodies that now fit, in turn."""
+        self.reserved -= reserved
+        while self._waiters:
+            size, waiter = self._waiters[0]
+            if waiter.done():
+                self._waiters.pop(0)
+                continue
+            if not self._fits(size):
+                return
+            self._waiters.pop(0)
+            self.reserved += size
+            waiter.set_result(None)
 
 
 class Slots:

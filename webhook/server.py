@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import signal
@@ -32,10 +33,10 @@ import uvicorn
 import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
-from webhook import certs, client_auth, logs, runtime_tuning, tls, workers
-from webhook.app import ServerState, create_app
+from webhook import certs, client_auth, logs, runtime_tuning, stopsignal, tls, workers
+from webhook.app import RECEIVING_BUDGET_BODIES, ServerState, create_app
 from webhook.cluster_hooks import cluster_hooks
-from webhook.isolation import DecisionThreads, Slots
+from webhook.isolation import BodyBudget, DecisionThreads, Slots
 from webhook.metrics import Metrics
 from webhook.protocol import HttpLimits, limited_protocol
 from webhook.reload import Reloader
@@ -46,6 +47,9 @@ __all__ = ["ServerError", "ServerState", "Settings", "WebhookServer", "build", "
 log = logging.getLogger("trainguard.server")
 
 KEEP_ALIVE_SECONDS = 120
+# Seconds a retiring worker keeps answering on its open connections (each answer asking the client
+# to reconnect, to the worker that replaces it) before it closes the idle ones and drains.
+RETIRE_GRACE_SECONDS = 2.0
 
 
 class WebhookServer(uvicorn.Server):
@@ -76,6 +80,16 @@ class WebhookServer(uvicorn.Server):
         self._drain_at: float | None = None
         self._reload_task: asyncio.Task[None] | None = None
         self.worker = 0  # which worker process this is (set after the fork)
+        # Recycling (workers.py): after `recycle_after` admissions (0: never) the worker asks its
+        # supervisor, through `tell`, for a replacement; told to retire once that one is ready, it
+        # stops accepting, answers what comes on its open connections with `Connection: close`
+        # for `retire_grace` seconds, then drains and exits, without ever turning not-ready.
+        self.recycle_after = 0
+        self.retire_grace = RETIRE_GRACE_SECONDS
+        self.tell: Callable[[bytes], None] | None = None
+        self._recycle_asked = False
+        self._retire_requested = False
+        self._retiring = False
 
     @property
     def port(self) -> int:
@@ -87,6 +101,10 @@ class WebhookServer(uvicorn.Server):
         if self._shutdown_requested or self.shutdown_delay <= 0:
             self.should_exit = True
         self._shutdown_requested = True
+
+    def retire(self) -> None:
+        """What the supervisor's retire signal does; safe from a signal handler (sets a flag only)."""
+        self._retire_requested = True
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         if sig == signal.SIGINT and self.should_exit:
@@ -101,6 +119,8 @@ class WebhookServer(uvicorn.Server):
             yield
             return
         original = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        for sig in stopsignal.take():  # came while the server was being built or forked
+            self.handle_exit(sig, None)
         try:
             yield
         finally:
@@ -113,8 +133,29 @@ class WebhookServer(uvicorn.Server):
             self._reload_task = asyncio.create_task(self.reloader.run(), name="trainguard-reload")
             if self._on_started is not None:
                 self._on_started(asyncio.get_running_loop(), self.worker == 0)  # one registers
+            if self.tell is not None:
+                self.tell(b"R")  # accepting: a worker this one replaces may retire now
 
     async def on_tick(self, counter: int) -> bool:
+        if (
+            self.tell is not None
+            and self.recycle_after
+            and not self._recycle_asked
+            and self.state.admissions >= self.recycle_after
+        ):
+            self._recycle_asked = True
+            log.info("asking for a replacement", extra={"admissions": self.state.admissions})
+            self.tell(b"O")
+        if self._retire_requested and not self._retiring and self._drain_at is None:
+            self._retiring = True
+            self.state.closing_connections = True
+            for listener in self.servers:
+                listener.close()  # the replacement accepts on the same socket from now on
+            self._drain_at = time.monotonic() + self.retire_grace
+            log.info(
+                "retiring: not accepting, still serving open connections", extra={"s": self.retire_grace}
+            )
+        # A retiring worker asked to stop as well keeps to its own drain, which is already shorter.
         if self._shutdown_requested and self._drain_at is None:
             self.state.begin_shutdown()
             self._drain_at = time.monotonic() + self.shutdown_delay
@@ -124,7 +165,8 @@ class WebhookServer(uvicorn.Server):
         return await super().on_tick(counter)
 
     async def shutdown(self, sockets: Any = None) -> None:
-        self.state.begin_shutdown()
+        if not self._retiring:  # a retiring worker's successor is serving: the pod stays ready
+            self.state.begin_shutdown()
         log.info("draining in-flight requests", extra={"timeout_s": self.config.timeout_graceful_shutdown})
         if self._reload_task is not None:
             self._reload_task.cancel()
@@ -167,6 +209,7 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         budget=settings.request_budget,
         inline_slice=settings.inline_slice,
         large_body_budget=2 * settings.max_body_bytes,
+        bodies=BodyBudget(RECEIVING_BUDGET_BODIES * settings.max_body_bytes),
         slots=Slots(settings.max_in_flight, settings.max_queued, settings.queue_wait),
         threads=DecisionThreads(settings.decision_threads),
     )
@@ -229,12 +272,18 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
 
 def serve(settings: Settings) -> int:
     """Run the webhook until SIGTERM/SIGINT and a graceful drain; 0 on a clean stop."""
+    stopsignal.install()  # a stop while loading is answered once serving starts, not by dying
+    runtime_tuning.bound_allocator()  # before the first large allocation; the workers inherit it
     logs.configure(settings.log_level)
+    settings = dataclasses.replace(settings, workers=workers.usable_workers(settings.workers))
     server = build(settings)
     # After everything is loaded, before the first request; before the fork, so that every worker
     # inherits it and the frozen objects stay shared pages.
     runtime_tuning.tune_for_latency()
-    if settings.workers > 1:
+    if stopsignal.pending():
+        log.info("stopped before serving: asked to stop while starting")
+        return 0
+    if settings.workers > 1 or settings.recycle_after > 0:  # recycling needs a supervisor
         return workers.run(server, settings)
     try:
         server.run()
@@ -283,6 +332,8 @@ def _check(settings: Settings) -> None:
             f"--inline-slice must be at least 0 and below --request-budget "
             f"({settings.request_budget}), got {settings.inline_slice}"
         )
+    if settings.recycle_after < 0:
+        raise ServerError(f"--recycle-after must not be negative, got {settings.recycle_after}")
     if settings.max_body_bytes < 1:
         raise ServerError(f"--max-body-bytes must be positive, got {settings.max_body_bytes}")
     for option, value in (

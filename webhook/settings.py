@@ -64,6 +64,7 @@ class Settings:
     max_connections: int = 1000  # open connections per worker; uvicorn answers 503 beyond
     request_budget: float = 4.0  # seconds per admission: below the webhook's timeoutSeconds (5)
     inline_slice: float = DEFAULT_INLINE_SLICE  # 0: every admission on a deciding thread
+    recycle_after: int = 0  # admissions per worker before a fresh one replaces it; 0: never
 
     @property
     def policy_paths(self) -> list[str | Path]:

@@ -18,17 +18,19 @@ import math
 import os
 import signal
 import socket
+import struct
 import sys
 import tempfile
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
+from webhook import stopsignal
 from webhook.settings import ServerError, Settings
 
 if TYPE_CHECKING:
     from webhook.server import WebhookServer
 
-__all__ = ["default_workers", "run"]
+__all__ = ["default_workers", "run", "usable_workers"]
 
 log = logging.getLogger("trainguard.server")
 
@@ -36,6 +38,8 @@ _RESTARTS = 5  # per _RESTART_WINDOW seconds; a worker dying faster than that st
 _RESTART_WINDOW = 60.0
 _POLL = 0.1
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_MESSAGE = struct.Struct("!cI")  # a worker's message to its supervisor: kind, pid
+_RETIRE = signal.SIGUSR2  # supervisor to worker: your replacement is ready
 
 
 def default_workers(cgroup_root: str = "/sys/fs/cgroup") -> int:
@@ -49,6 +53,20 @@ def default_workers(cgroup_root: str = "/sys/fs/cgroup") -> int:
     except (OSError, ValueError):
         pass  # no cgroup v2 limit visible: the affinity mask is the limit
     return max(1, cpus)
+
+
+def usable_workers(requested: int, cgroup_root: str = "/sys/fs/cgroup") -> int:
+    """`requested`, capped at the CPUs this container may use: a worker beyond them adds no
+    throughput, only its memory (tens of MB each) and a longer start and drain."""
+    cpus = default_workers(cgroup_root)
+    if requested <= cpus:
+        return requested
+    log.warning(
+        f"--workers {requested} is more than the {cpus} CPUs this process can use "
+        f"(its CPU affinity and cgroup CPU quota): starting {cpus}",
+        extra={"requested": requested, "cpus": cpus},
+    )
+    return cpus
 
 
 def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
@@ -87,40 +105,55 @@ def run(server: WebhookServer, settings: Settings) -> int:
         for pid in children:
             _signal(pid, sig)
 
-    def start(index: int) -> None:
-        pid = os.fork()
-        if pid == 0:  # the worker
-            code = 1
-            try:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    signal.signal(sig, signal.SIG_DFL)  # uvicorn installs its own in run()
-                server.worker = index
-                _stop_with_parent(parent)
-                if server.state.engine is not None:
-                    # A forked worker's metric values start from zero in its own files (multiprocess
-                    # mode): publish its readiness and policy count there.
-                    server.state.install(server.state.engine)
-                for handler in logging.getLogger().handlers:
-                    handler.addFilter(_WorkerField(index))
-                server.run(sockets=[sock])
-                code = 0
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else 1
-            except BaseException:
-                log.exception("worker failed", extra={"worker": index})
-            finally:
-                logging.shutdown()
-                sys.stderr.flush()
-                os._exit(code)  # never return into the parent's code
-        children[pid] = index
+    # Workers tell the supervisor through a pipe: "R" ready (accepting), "O" old (replace me).
+    # Five bytes a message, far below PIPE_BUF, so the writes of several workers never interleave.
+    inbox, outbox = os.pipe()
+    os.set_blocking(inbox, False)
+    replacing: dict[int, int] = {}  # new pid -> the pid of the worker it replaces, until it is ready
+    retiring: set[int] = set()
 
-    original = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    def start(index: int) -> int:
+        # Stop signals wait while a worker is forked: one that came between fork() and the pid
+        # being listed would reach the supervisor but never the new worker, which would then
+        # serve on until it is killed. Pending signals are not inherited, so the worker starts
+        # with none and receives its own copy once the supervisor has listed it.
+        signal.pthread_sigmask(signal.SIG_BLOCK, stopsignal.STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                os.close(inbox)
+                _worker(server, index, parent, sock, outbox, settings.recycle_after)
+            children[pid] = index
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stopsignal.STOP_SIGNALS)
+        return pid
+
+    def read_inbox() -> None:
+        try:
+            data = os.read(inbox, 819 * _MESSAGE.size)  # whole messages only
+        except BlockingIOError:
+            return
+        for offset in range(0, len(data), _MESSAGE.size):
+            kind, pid = _MESSAGE.unpack_from(data, offset)
+            if kind == b"O" and pid in children and pid not in retiring and not stopping:
+                # The replacement starts first; the old worker stops accepting only once it is ready.
+                replacing[start(children[pid])] = pid
+                log.info("recycling a worker: starting its replacement", extra={"pid": pid})
+            elif kind == b"R" and pid in replacing:
+                old = replacing.pop(pid)
+                retiring.add(old)
+                _signal(old, _RETIRE)
+
+    original = {sig: signal.signal(sig, on_signal) for sig in stopsignal.STOP_SIGNALS}
+    stopping.extend(stopsignal.take())  # asked to stop while the server was being built
     restarts: list[float] = []
     failed = False
     try:
         for index in range(settings.workers):
+            if stopping:
+                break  # a worker forked now would only be stopped again
             start(index)
-        log.info("workers started", extra={"workers": settings.workers, "pids": sorted(children)})
+        log.info("workers started", extra={"workers": len(children), "pids": sorted(children)})
         # Bounded: after a stop signal the workers have shutdown_delay + graceful_timeout to drain.
         drain_limit = settings.shutdown_delay + settings.graceful_timeout + 5.0
         stop_at: float | None = None
@@ -133,6 +166,7 @@ def run(server: WebhookServer, settings: Settings) -> int:
                 log.error("workers killed: not drained in time", extra={"pids": sorted(children)})
                 failed = True
                 stop_at = math.inf
+            read_inbox()
             pid, status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 time.sleep(_POLL)
@@ -144,6 +178,16 @@ def run(server: WebhookServer, settings: Settings) -> int:
             code = os.waitstatus_to_exitcode(status)
             if stopping:
                 failed = failed or code != 0
+                continue
+            if pid in retiring:
+                retiring.discard(pid)
+                log.info("worker recycled", extra={"worker": index, "pid": pid, "exit": code})
+                continue
+            if pid in replacing:  # the replacement died before it was ready: the old one serves on
+                replacing.pop(pid)
+                log.error(
+                    "a replacement worker died before it was ready", extra={"worker": index, "exit": code}
+                )
                 continue
             now = time.monotonic()
             restarts = [t for t in restarts if now - t < _RESTART_WINDOW] + [now]
@@ -158,8 +202,50 @@ def run(server: WebhookServer, settings: Settings) -> int:
         for sig, handler in original.items():
             signal.signal(sig, handler)
         sock.close()
+        os.close(inbox)
+        os.close(outbox)
     log.info("stopped")
     return 1 if failed else 0
+
+
+def _worker(
+    server: WebhookServer, index: int, parent: int, sock: socket.socket, outbox: int, recycle_after: int
+) -> NoReturn:
+    """The forked worker's whole life: serve until stopped, then leave without returning."""
+    code = 1
+    try:
+        me = os.getpid()
+        server.tell = lambda kind: _tell(outbox, kind, me)
+        server.recycle_after = recycle_after
+        signal.signal(_RETIRE, lambda sig, frame: server.retire())
+        # Until uvicorn installs its handlers a stop signal is recorded, and answered by them
+        # (WebhookServer.capture_signals), or here before serving: nothing is in flight yet.
+        stopsignal.install()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopsignal.STOP_SIGNALS)
+        server.worker = index
+        _stop_with_parent(parent)
+        if server.state.engine is not None:
+            # A forked worker's metric values start from zero in its own files (multiprocess
+            # mode): publish its readiness and policy count there.
+            server.state.install(server.state.engine)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_WorkerField(index))
+        if not stopsignal.pending():
+            server.run(sockets=[sock])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        log.exception("worker failed", extra={"worker": index})
+    finally:
+        logging.shutdown()
+        sys.stderr.flush()
+        os._exit(code)  # never return into the parent's code
+
+
+def _tell(outbox: int, kind: bytes, pid: int) -> None:
+    with contextlib.suppress(OSError):  # the supervisor is gone: PDEATHSIG stops this worker
+        os.write(outbox, _MESSAGE.pack(kind, pid))
 
 
 class _WorkerField(logging.Filter):

@@ -19,8 +19,15 @@ and its workers, sampled every 20 ms; growth is over the figure at rest).
   peak           workers x max-in-flight connections posting 2.8 MiB reviews for 10 s: the peak
                  RSS at the concurrency limit with the largest bodies (what the Deployment's
                  memory limit is set from)
+  stall          a well-behaved client sending the 11.6 KB Pod's review at 50/s (open loop), alone
+                 and then beside 200 body-less connections, 200 slowloris connections and 40
+                 withheld 3 MiB bodies (headers and 256 KiB, then nothing), each reopened when the
+                 server closes it; --stall-rounds pairs of --stall-seconds runs: the client's 429s
+                 (target 0) and its p99 beside the attack against its p99 alone (target within 2x),
+                 medians over the rounds
 
     python tests/bench/bench_abuse.py [--quick] [--workers N] [--only big-pod,peak]
+    python tests/bench/bench_abuse.py --only stall [--stall-seconds 30 --stall-rounds 3]
 """
 
 from __future__ import annotations
@@ -449,6 +456,188 @@ def probe_sequential(port: int, ctx: ssl.SSLContext, count: int) -> dict[str, An
     }
 
 
+# -- stall: a well-behaved client beside connections that hold on to the server --------------------
+
+
+def _attack(
+    port: int, cafile: str, counts: dict[str, int], seconds: float, ready: Any, stop: Any, out: Any
+) -> None:
+    """Hold `counts` connections of each kind open for at most `seconds`, reopening each one the
+    server closes (as an attacker would); runs in its own process, so that its TLS work does not
+    share a GIL with the measured client. Puts {kind: {opened, closed, statuses}} on `out`."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    deadline = time.monotonic() + seconds
+    slowloris = b"OST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 4096
+    withheld_part = b"{" + b"a" * (256 * 1024 - 1)
+
+    def first_bytes(kind: str) -> bytes:
+        if kind == "slowloris":
+            return b"P"
+        if kind == "no-body":
+            return post_head(100_000)
+        return post_head(3 * MiB) + withheld_part  # withheld: headers and 256 KiB of a 3 MiB body
+
+    figures: dict[str, dict[str, Any]] = {kind: {"opened": 0, "closed": 0, "statuses": {}} for kind in counts}
+    socks: dict[ssl.SSLSocket, list[Any]] = {}  # socket -> [kind, bytes of the slowloris line sent]
+
+    def open_one(kind: str) -> None:
+        try:
+            sock = tls_connect(port, ctx, timeout=5)
+            sock.settimeout(1.0)
+            with contextlib.suppress(TimeoutError, ssl.SSLError, OSError):
+                sock.sendall(first_bytes(kind))  # a withheld body's part may not all fit: so be it
+            sock.setblocking(False)
+        except (OSError, ssl.SSLError):
+            return
+        socks[sock] = [kind, 0]
+        figures[kind]["opened"] += 1
+
+    # Opened over the first seconds, as clients arrive; the measured client waits for `ready`.
+    for i in range(max(counts.values(), default=0)):
+        for kind, count in counts.items():
+            if i < count:
+                open_one(kind)
+    ready.set()
+    next_trickle = time.monotonic() + 1.0
+    while time.monotonic() < deadline and not stop.is_set():
+        readable, _, _ = select.select(list(socks), [], [], 0.05)
+        for sock in readable:
+            kind = socks[sock][0]
+            try:
+                data = sock.recv(65536)
+            except ssl.SSLWantReadError:
+                continue
+            except (OSError, ssl.SSLError):
+                data = b""
+            if data.startswith(b"HTTP/1.1 "):
+                status = data[9:12].decode("ascii", "replace")
+                figures[kind]["statuses"][status] = figures[kind]["statuses"].get(status, 0) + 1
+            figures[kind]["closed"] += 1
+            del socks[sock]
+            with contextlib.suppress(OSError):
+                sock.close()
+            open_one(kind)
+        if time.monotonic() >= next_trickle:  # slowloris: one more byte of the headers per second
+            next_trickle += 1.0
+            for sock, state in list(socks.items()):
+                if state[0] == "slowloris":
+                    with contextlib.suppress(ssl.SSLWantWriteError, OSError, ssl.SSLError):
+                        sock.send(slowloris[state[1] % len(slowloris) : state[1] % len(slowloris) + 1])
+                        state[1] += 1
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.close()
+    out.put(figures)
+
+
+def well_behaved(port: int, ctx: ssl.SSLContext, body: bytes, rate: float, seconds: float) -> dict[str, Any]:
+    """Reviews at a fixed rate (open loop: each is due at start + i/rate, and its latency counts
+    from then, so a stall is charged to every review queued behind it) on 4 keep-alive connections."""
+    count = int(rate * seconds)
+    start = time.monotonic() + 0.2
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+    lanes = 4
+
+    def lane(k: int) -> None:
+        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+        for i in range(k, count, lanes):
+            due = start + i / rate
+            with contextlib.suppress(ValueError):
+                time.sleep(max(0.0, due - time.monotonic()))
+            try:
+                status, _ = request(conn, "POST", "/validate", body)
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+                status = -1
+            with lock:
+                latencies.append(time.monotonic() - due)
+                statuses[status] = statuses.get(status, 0) + 1
+        conn.close()
+
+    threads = [threading.Thread(target=lane, args=(k,), daemon=True) for k in range(lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 120)
+    latencies.sort()
+    return {
+        "requests": len(latencies),
+        "statuses": statuses,
+        "p50_ms": round(common.percentile(latencies, 50) * 1000, 2),
+        "p99_ms": round(common.percentile(latencies, 99) * 1000, 2),
+        "max_ms": round(latencies[-1] * 1000, 2),
+    }
+
+
+def probe_stall(
+    port: int,
+    ctx: ssl.SSLContext,
+    cafile: Path,
+    counts: dict[str, int],
+    rate: float,
+    seconds: float,
+    rounds: int,
+) -> dict[str, Any]:
+    """The client alone, then beside the attack, `rounds` times in turn; the medians of each."""
+    import multiprocessing
+
+    body = json.dumps(common.admission_review(common.big_training_pod()), separators=(",", ":")).encode()
+    well_behaved(port, ctx, body, rate, 2.0)  # warm: connections, caches
+    alone: list[dict[str, Any]] = []
+    attacked: list[dict[str, Any]] = []
+    attacks: list[dict[str, Any]] = []
+    mp = multiprocessing.get_context("fork")
+    for r in range(rounds):
+        log(f"abuse: stall round {r + 1}/{rounds}: alone")
+        alone.append(well_behaved(port, ctx, body, rate, seconds))
+        log(f"abuse: stall round {r + 1}/{rounds}: beside {counts}")
+        ready, stop, out = mp.Event(), mp.Event(), mp.Queue()
+        attacker = mp.Process(
+            target=_attack, args=(port, str(cafile), counts, seconds + 120, ready, stop, out), daemon=True
+        )
+        attacker.start()
+        ready.wait(120)
+        attacked.append(well_behaved(port, ctx, body, rate, seconds))
+        stop.set()
+        attacks.append(out.get(timeout=60))
+        attacker.join(30)
+    with urllib.request.urlopen(f"https://{servers.HOST}:{port}/metrics", context=ctx, timeout=10) as resp:
+        rejected = {
+            line.split('reason="')[1].split('"')[0]: int(float(line.rsplit(" ", 1)[1]))
+            for line in resp.read().decode().splitlines()
+            if line.startswith("trainguard_admission_rejected_requests_total{")
+        }
+
+    def med(runs: list[dict[str, Any]], key: str) -> float:
+        return round(common.median([run[key] for run in runs]), 2)
+
+    attacked_429 = sum(run["statuses"].get(429, 0) for run in attacked)
+    p99_ratio = med(attacked, "p99_ms") / med(alone, "p99_ms")
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "rounds": rounds,
+        "attack": counts,
+        "alone_p50_ms_median": med(alone, "p50_ms"),
+        "alone_p99_ms_median": med(alone, "p99_ms"),
+        "attacked_p50_ms_median": med(attacked, "p50_ms"),
+        "attacked_p99_ms_median": med(attacked, "p99_ms"),
+        "p99_ratio": round(p99_ratio, 2),
+        "attacked_429": attacked_429,
+        "attacked_non_200": sum(n for run in attacked for s, n in run["statuses"].items() if s != 200),
+        "verdict": "ok"
+        if attacked_429 == 0 and p99_ratio <= 2.0
+        else "MISSED (target: 0 x 429, p99 within 2x)",
+        "alone": alone,
+        "attacked": attacked,
+        "attacker_connections": attacks,
+        "server_rejections_by_reason": rejected,
+    }
+
+
 @contextlib.contextmanager
 def server(workers: int, tmp: Path, name: str) -> Iterator[tuple[servers.Server, ssl.SSLContext]]:
     port = servers.free_port()
@@ -460,7 +649,12 @@ def server(workers: int, tmp: Path, name: str) -> Iterator[tuple[servers.Server,
 
 
 def run(
-    quick: bool, workers: int = 2, max_in_flight: int = 8, only: set[str] | None = None
+    quick: bool,
+    workers: int = 2,
+    max_in_flight: int = 8,
+    only: set[str] | None = None,
+    stall_seconds: float = 30.0,
+    stall_rounds: int = 3,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"workers": workers, "loadavg": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="trainguard-abuse-") as d:
@@ -500,6 +694,18 @@ def run(
             ("small-slow", lambda s, c: probe_small_slow(s.port, c, max_in_flight, 5 if quick else 10)),
             ("sequential", lambda s, c: probe_sequential(s.port, c, 500 if quick else 2000)),
             ("peak", lambda s, c: probe_peak(s.port, c, s.pid, workers * max_in_flight, 5 if quick else 10)),
+            (
+                "stall",
+                lambda s, c: probe_stall(
+                    s.port,
+                    c,
+                    tmp / "certs" / "ca.crt",
+                    {"no-body": 200, "slowloris": 200, "withheld": 40},
+                    50.0,
+                    10.0 if quick else stall_seconds,
+                    1 if quick else stall_rounds,
+                ),
+            ),
         ]
         for name, probe in probes:
             if only and name not in only:
@@ -521,9 +727,17 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--workers", type=int, default=2, help="0: do not pass --workers")
     parser.add_argument("--only", help="comma-separated probe names")
+    parser.add_argument("--stall-seconds", type=float, default=30.0, help="stall: seconds of each run")
+    parser.add_argument("--stall-rounds", type=int, default=3, help="stall: alone/attacked pairs")
     args = parser.parse_args()
     only = set(args.only.split(",")) if args.only else None
-    print(json.dumps(run(args.quick, args.workers, only=only)))
+    command = "python tests/bench/bench_abuse.py " + " ".join(sys.argv[1:])
+    results = run(
+        args.quick, args.workers, only=only, stall_seconds=args.stall_seconds, stall_rounds=args.stall_rounds
+    )
+    results["command"] = command.strip()
+    results["loadavg_after"] = os.getloadavg()
+    print(json.dumps(results))
     return 0
 
 
