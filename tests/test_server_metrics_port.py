@@ -49,13 +49,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def served(files: Path, workers: int) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
+def served(files: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     """`trainguard serve --metrics-port` as its own process, ready; yields it, its port, its metrics port."""
     port, metrics_port = free_port(), free_port()
     argv = [
         *(sys.executable, "-m", "webhook"),
         *serve_argv(files, "--port", str(port), "--metrics-port", str(metrics_port)),
-        *("--workers", str(workers), "--shutdown-delay", "0"),
+        *("--shutdown-delay", "0", *extra),
     ]
     process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
@@ -84,9 +84,18 @@ def validate_count(scrape: str) -> float:
     )
 
 
-@pytest.mark.parametrize("workers", [pytest.param(1, id="one-process"), pytest.param(2, id="two-workers")])
-def test_metrics_are_served_on_their_own_port_only(files: Path, workers: int) -> None:
-    with served(files, workers) as (process, port, metrics_port):
+@pytest.mark.parametrize(
+    "extra",
+    [
+        pytest.param(("--workers", "1"), id="one-process"),
+        pytest.param(("--workers", "2"), id="two-workers"),
+        # Workers replaced every 4 admissions: the replacements accept on the metrics port too, and
+        # the counts of the retired ones stay in the sums.
+        pytest.param(("--workers", "2", "--recycle-after", "4"), id="recycled-workers"),
+    ],
+)
+def test_metrics_are_served_on_their_own_port_only(files: Path, extra: tuple[str, ...]) -> None:
+    with served(files, *extra) as (process, port, metrics_port):
         admission, metrics = f"https://127.0.0.1:{port}", f"https://127.0.0.1:{metrics_port}"
         for _ in range(ADMISSIONS):  # a new connection each: the kernel spreads them over the workers
             with httpx.Client(verify=client_context(files), timeout=WAIT) as client:
@@ -122,7 +131,7 @@ def test_metrics_are_served_on_their_own_port_only(files: Path, workers: int) ->
         assert scrape.status_code == 200
         assert scrape.headers["content-type"].startswith("text/plain")
         assert validate_count(scrape.text) == ADMISSIONS, scrape.text
-    if workers > 1:
+    if "2" in extra:
         deciders = {orjson.loads(line).get("worker") for line in stderr.splitlines() if '"admission"' in line}
         assert deciders  # the admission log lines say which worker decided
 
