@@ -7,6 +7,8 @@
       workers == 1         WebhookServer.run() in this process
       workers  > 1         the socket bound here, then `workers` forked processes serve it
                            (workers.py); each has its own reloader, caches and deciding threads
+      --metrics-port       /metrics on a second socket, bound in build() before any fork: every
+                           worker accepts on it and answers with every worker's numbers
       WebhookServer.serve  startup -> reload task (+ cluster hooks) -> main loop
                            -> SIGTERM: not ready at once, keep serving `shutdown_delay` s, then drain
 
@@ -306,7 +308,7 @@ def _metrics_listener(
         return None
     config = uvicorn.Config(
         create_metrics_app(state),
-        http=protocol,  # the same HTTP limits; no client certificate asked of a scraper
+        http=protocol,  # the same HTTP limits, without client_auth's: a scraper needs no certificate
         lifespan="off",
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
         limit_concurrency=settings.max_connections,
