@@ -78,6 +78,33 @@ def test_routes_with_and_without_a_client_certificate(
         assert request(anonymous, server, path) == without_cert
 
 
+@pytest.mark.parametrize(
+    ("path", "with_cert", "without_cert"),
+    [
+        pytest.param("/metrics", 200, 200, id="metrics-open-to-a-scraper-without-a-certificate"),
+        pytest.param("/validate", 404, 404, id="no-admission-on-the-metrics-port"),
+    ],
+)
+def test_with_a_metrics_port_scrapers_need_no_certificate_there(
+    files: Path, path: str, with_cert: int, without_cert: int
+) -> None:
+    pair = (files / "certs" / f"{CLIENT}.crt", files / "certs" / f"{CLIENT}.key")
+    settings = settings_for(files, client_ca=str(files / "certs" / "ca.crt"), metrics_port=0)
+    with (
+        running(settings) as server,
+        client(files, pair) as trusted,
+        client(files, None) as anonymous,
+    ):
+        at = f"https://127.0.0.1:{server.metrics_port}{path}"
+
+        def status(http: httpx.Client) -> int:
+            if path == "/metrics":
+                return http.get(at).status_code
+            return http.post(at, content=REVIEW, headers={"content-type": "application/json"}).status_code
+
+        assert (status(trusted), status(anonymous)) == (with_cert, without_cert)
+
+
 def test_the_refusal_says_what_is_missing(files: Path) -> None:
     with (
         running(settings_for(files, client_ca=str(files / "certs" / "ca.crt"))) as server,

@@ -195,10 +195,14 @@ def test_container_args_probes_and_resources(container: Obj) -> None:
         *("--tls-cert", "/certs/tls.crt", "--tls-key", "/certs/tls.key"),
         *("--policies", "/etc/trainguard/policies", "--config", "/etc/trainguard/config.yaml"),
         *("--in-cluster", "--ca-bundle", "/certs/ca.crt", "--inject-ca-bundle"),
+        *("--metrics-port", "9443"),
     ]
     pod_namespace = {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}
     assert pod_namespace in container["env"]
-    assert container["ports"] == [{"name": "https", "containerPort": 8443, "protocol": "TCP"}]
+    assert container["ports"] == [
+        {"name": "https", "containerPort": 8443, "protocol": "TCP"},
+        {"name": "metrics", "containerPort": 9443, "protocol": "TCP"},
+    ]
     for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         assert container[probe]["httpGet"] == {"path": path, "port": "https", "scheme": "HTTPS"}
     assert container["resources"] == {
@@ -230,7 +234,10 @@ def test_volumes_are_the_tls_secret_and_the_generated_config_maps(
 def test_service_and_pdb_select_the_pods(rendered: list[Obj], container: Obj) -> None:
     service = one(rendered, "Service")["spec"]
     assert service["selector"] == POD_LABELS
-    assert service["ports"] == [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]
+    assert service["ports"] == [
+        {"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"},
+        {"name": "metrics", "port": 9443, "targetPort": "metrics", "protocol": "TCP"},
+    ]
     assert {p["name"] for p in container["ports"]} >= {"https"}
     pdb = one(rendered, "PodDisruptionBudget")["spec"]
     assert pdb == {"minAvailable": 1, "selector": {"matchLabels": POD_LABELS}}
@@ -392,17 +399,22 @@ def test_no_built_in_role_gets_write_access_to_exceptions(rendered: list[Obj], l
 # --- NetworkPolicy -------------------------------------------------------------------------------
 
 
-def test_the_network_policy_guards_the_webhook_port(rendered: list[Obj], container: Obj) -> None:
+def test_the_network_policy_gives_each_peer_its_own_port(rendered: list[Obj], container: Obj) -> None:
+    """The API server reaches the admission port only, scrapers the metrics port only: the server
+    answers /metrics on the metrics port alone (`--metrics-port`), so no peer reaches both."""
     policy = one(rendered, "NetworkPolicy")
     template = one(rendered, "Deployment")["spec"]["template"]
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
-    ports = {p["containerPort"] for p in container["ports"]}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    args = container["args"]
+    assert args[args.index("--metrics-port") + 1] == str(ports["metrics"])
     for rule in policy["spec"]["ingress"]:
-        assert {p["port"] for p in rule["ports"]} == ports
         assert rule["from"], "a rule without peers would admit every source"
     api_server, metrics = policy["spec"]["ingress"]
+    assert api_server["ports"] == [{"port": ports["https"], "protocol": "TCP"}]
     assert {p["ipBlock"]["cidr"] for p in api_server["from"]} == {"0.0.0.0/0", "::/0"}
+    assert metrics["ports"] == [{"port": ports["metrics"], "protocol": "TCP"}]
     assert metrics["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     ]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from time import monotonic, perf_counter
 from typing import Any
@@ -140,8 +141,11 @@ class _Answer:
     timings: dict[str, float] | None = None
 
 
-def create_app(state: ServerState) -> ASGIApp:
+def create_app(state: ServerState, *, with_metrics: bool = True) -> ASGIApp:
     """The ASGI app: /validate, /mutate, /healthz, /readyz, /metrics over `state`.
+
+    Without `with_metrics`, /metrics is not found here: it has a listener of its own
+    (`create_metrics_app`), so that a NetworkPolicy can let scrapers reach it and nothing else.
 
     A POST to /validate or /mutate, nearly every call the server gets, goes straight to its
     handler; everything else (probes, metrics, a wrong method or path, lifespan) goes through
@@ -167,9 +171,6 @@ def create_app(state: ServerState) -> ASGIApp:
             ready["not ready"] = notes
         return _json(200, ready)
 
-    async def metrics(request: Request) -> Response:
-        return Response(state.metrics.render(), headers={"content-type": METRICS_CONTENT_TYPE})
-
     # The same handlers as routes: a GET is answered 405 naming POST, as on any other route.
     async def validate(request: Request) -> Response:
         return await _guarded(state, VALIDATE, request.scope, request.receive)
@@ -183,7 +184,7 @@ def create_app(state: ServerState) -> ASGIApp:
             Route("/mutate", mutate, methods=["POST"]),
             Route("/healthz", healthz, methods=["GET"]),
             Route("/readyz", readyz, methods=["GET"]),
-            Route("/metrics", metrics, methods=["GET"]),
+            *([Route("/metrics", _metrics_handler(state), methods=["GET"])] if with_metrics else []),
         ]
     )
     admissions = {"/validate": VALIDATE, "/mutate": MUTATE}
@@ -197,6 +198,18 @@ def create_app(state: ServerState) -> ASGIApp:
         await response(scope, receive, send)
 
     return app
+
+
+def create_metrics_app(state: ServerState) -> ASGIApp:
+    """The metrics listener's app: /metrics over `state`, every other path not found."""
+    return Starlette(routes=[Route("/metrics", _metrics_handler(state), methods=["GET"])])
+
+
+def _metrics_handler(state: ServerState) -> Callable[[Request], Awaitable[Response]]:
+    async def metrics(request: Request) -> Response:
+        return Response(state.metrics.render(), headers={"content-type": METRICS_CONTENT_TYPE})
+
+    return metrics
 
 
 async def _guarded(state: ServerState, endpoint: _Endpoint, scope: Scope, receive: Receive) -> Response:

@@ -7,6 +7,8 @@
       workers == 1         WebhookServer.run() in this process
       workers  > 1         the socket bound here, then `workers` forked processes serve it
                            (workers.py); each has its own reloader, caches and deciding threads
+      --metrics-port       /metrics on a second socket, bound in build() before any fork: every
+                           worker accepts on it and answers with every worker's numbers
       WebhookServer.serve  startup -> reload task (+ cluster hooks) -> main loop
                            -> SIGTERM: not ready at once, keep serving `shutdown_delay` s, then drain
 
@@ -22,6 +24,7 @@ import dataclasses
 import functools
 import logging
 import signal
+import socket
 import ssl
 import threading
 import time
@@ -34,7 +37,7 @@ import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
 from webhook import certs, client_auth, logs, runtime_tuning, stopsignal, tls, workers
-from webhook.app import RECEIVING_BUDGET_BODIES, ServerState, create_app
+from webhook.app import RECEIVING_BUDGET_BODIES, ServerState, create_app, create_metrics_app
 from webhook.cluster_hooks import cluster_hooks
 from webhook.isolation import BodyBudget, DecisionThreads, Slots
 from webhook.metrics import Metrics
@@ -69,8 +72,12 @@ class WebhookServer(uvicorn.Server):
         shutdown_delay: float,
         on_started: Callable[[asyncio.AbstractEventLoop, bool], None] | None = None,
         on_stopping: Callable[[], None] | None = None,
+        metrics_listener: tuple[uvicorn.Config, socket.socket] | None = None,
     ) -> None:
         super().__init__(config)
+        # --metrics-port: its app (only /metrics) and its socket, bound before any fork so that
+        # every worker accepts on it; any worker's answer sums every worker's metric files.
+        self.metrics_listener = metrics_listener
         self.state = state
         self.reloader = reloader
         self.shutdown_delay = shutdown_delay
@@ -95,6 +102,11 @@ class WebhookServer(uvicorn.Server):
     def port(self) -> int:
         """The port actually bound (useful with port 0)."""
         return int(self.servers[0].sockets[0].getsockname()[1])
+
+    @property
+    def metrics_port(self) -> int | None:
+        """The port /metrics is served on when it has a listener of its own (None otherwise)."""
+        return None if self.metrics_listener is None else int(self.metrics_listener[1].getsockname()[1])
 
     def request_shutdown(self) -> None:
         """What SIGTERM does; safe from any thread and from a signal handler (sets flags only)."""
@@ -129,12 +141,29 @@ class WebhookServer(uvicorn.Server):
 
     async def startup(self, sockets: Any = None) -> None:
         await super().startup(sockets=sockets)
+        if self.started and self.metrics_listener is not None:
+            await self._serve_metrics(*self.metrics_listener)
         if self.started:
             self._reload_task = asyncio.create_task(self.reloader.run(), name="trainguard-reload")
             if self._on_started is not None:
                 self._on_started(asyncio.get_running_loop(), self.worker == 0)  # one registers
             if self.tell is not None:
                 self.tell(b"R")  # accepting: a worker this one replaces may retire now
+
+    async def _serve_metrics(self, config: uvicorn.Config, sock: socket.socket) -> None:
+        # uvicorn serves one app; the metrics listener is one more asyncio server in its list, with
+        # connections in the same server state, so that uvicorn's drain, a retiring worker's close
+        # and the connection limit treat it as they treat the admission port.
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.Protocol:
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state, _loop=loop
+            )
+
+        self.servers.append(
+            await loop.create_server(protocol, sock=sock, ssl=config.ssl, backlog=config.backlog)
+        )
 
     async def on_tick(self, counter: int) -> bool:
         if (
@@ -223,7 +252,7 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         max_header_bytes=settings.max_header_bytes,
         max_headers=settings.max_headers,
     )
-    app = create_app(state)
+    app = create_app(state, with_metrics=settings.metrics_port is None)
     protocol = limited_protocol(limits)
     if settings.client_ca is not None:
         app = client_auth.requiring_client_certificate(app)
@@ -260,6 +289,7 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
     if settings.client_ca is not None:
         _trust_clients(config.ssl, settings.client_ca)
     reloader.tls = config.ssl
+    metrics_listener = _metrics_listener(settings, state, config, limited_protocol(limits))
     return WebhookServer(
         config,
         state=state,
@@ -267,7 +297,37 @@ def build(settings: Settings, *, state: ServerState | None = None) -> WebhookSer
         shutdown_delay=settings.shutdown_delay,
         on_started=hooks[0] if hooks else None,
         on_stopping=hooks[1] if hooks else None,
+        metrics_listener=metrics_listener,
     )
+
+
+def _metrics_listener(
+    settings: Settings, state: ServerState, admission: uvicorn.Config, protocol: type[asyncio.Protocol]
+) -> tuple[uvicorn.Config, socket.socket] | None:
+    if settings.metrics_port is None:
+        return None
+    config = uvicorn.Config(
+        create_metrics_app(state),
+        http=protocol,  # the same HTTP limits, without client_auth's: a scraper needs no certificate
+        lifespan="off",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        limit_concurrency=settings.max_connections,
+        log_config=None,
+        access_log=False,
+        proxy_headers=False,
+        server_header=False,
+    )
+    config.load()
+    # TLS with the serving certificate, as on the admission port: Prometheus scrapes HTTPS targets
+    # with `scheme: https` and a CA file, and metrics stay private on the wire. The same context
+    # object, so a rotated certificate (reloaded into it) is served here too. With --client-ca it
+    # asks for a client certificate only optionally (tls.trust_clients): a scraper needs none.
+    config.ssl = admission.ssl
+    try:
+        sock = workers.bind(settings.host, settings.metrics_port, config.backlog)
+    except ServerError as exc:
+        raise ServerError(f"--metrics-port {settings.metrics_port}: {exc}") from None
+    return config, sock
 
 
 def serve(settings: Settings) -> int:
@@ -331,6 +391,10 @@ def _check(settings: Settings) -> None:
         raise ServerError(
             f"--inline-slice must be at least 0 and below --request-budget "
             f"({settings.request_budget}), got {settings.inline_slice}"
+        )
+    if settings.metrics_port is not None and settings.metrics_port == settings.port != 0:
+        raise ServerError(
+            f"--metrics-port {settings.metrics_port} is the admission port: give /metrics a port of its own"
         )
     if settings.recycle_after < 0:
         raise ServerError(f"--recycle-after must not be negative, got {settings.recycle_after}")

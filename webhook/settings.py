@@ -29,6 +29,8 @@ class Settings:
     client_ca: str | None = None  # mutual TLS: admissions need a client certificate signed by this CA
     host: str = "0.0.0.0"
     port: int = 8443
+    # /metrics on a listener of its own (same host, same TLS), answered there only; None: on `port`.
+    metrics_port: int | None = None
     policies: tuple[str, ...] = ()  # empty: the shipped policies
     exceptions: tuple[str, ...] = ()  # PolicyException files or directories
     config: str | None = None  # None: the embedded platform defaults

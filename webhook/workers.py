@@ -202,6 +202,8 @@ def run(server: WebhookServer, settings: Settings) -> int:
         for sig, handler in original.items():
             signal.signal(sig, handler)
         sock.close()
+        if server.metrics_listener is not None:
+            server.metrics_listener[1].close()
         os.close(inbox)
         os.close(outbox)
     log.info("stopped")

@@ -409,6 +409,7 @@ def _check_network_policy_peers(objects: list[Obj]) -> None:
         "app.kubernetes.io/component": "webhook",
     }
     port = [{"port": 8443, "protocol": "TCP"}]
+    metrics_port = [{"port": 9443, "protocol": "TCP"}]
     assert policy["spec"]["ingress"] == [
         {
             "from": [
@@ -418,8 +419,22 @@ def _check_network_policy_peers(objects: list[Obj]) -> None:
             ],
             "ports": port,
         },
-        {"from": [{"namespaceSelector": {"matchLabels": {"team": "observability"}}}], "ports": port},
+        {"from": [{"namespaceSelector": {"matchLabels": {"team": "observability"}}}], "ports": metrics_port},
     ]
+
+
+def _check_metrics_port(objects: list[Obj]) -> None:
+    """metrics.port moves /metrics, the Service's and container's `metrics` port and the metrics rule."""
+    container = _container(objects)
+    assert container["args"][container["args"].index("--metrics-port") + 1] == "9100"
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in container["ports"]
+    service = find(objects, "Service", "trainguard")
+    assert {"name": "metrics", "port": 9100, "targetPort": "metrics", "protocol": "TCP"} in service["spec"][
+        "ports"
+    ]
+    api_server, metrics = find(objects, "NetworkPolicy", "trainguard")["spec"]["ingress"]
+    assert api_server["ports"] == [{"port": 8443, "protocol": "TCP"}]
+    assert metrics["ports"] == [{"port": 9100, "protocol": "TCP"}]
 
 
 def _check_no_network_policy(objects: list[Obj]) -> None:
@@ -529,6 +544,7 @@ VALUE_SETS: list[Any] = [
         id="network-policy-peers",
     ),
     pytest.param({"networkPolicy": {"enabled": False}}, _check_no_network_policy, id="no-network-policy"),
+    pytest.param({"metrics": {"port": 9100}}, _check_metrics_port, id="metrics-port"),
     pytest.param(
         {
             "mtls": {
@@ -621,6 +637,9 @@ REFUSED: list[Any] = [
         "namespace",
         id="peer-with-an-unknown-field",
     ),
+    pytest.param({"metrics": {"port": 8443}}, "port", id="metrics-port-is-the-admission-port"),
+    pytest.param({"metrics": {"port": "9443"}}, "port", id="metrics-port-not-a-number"),
+    pytest.param({"metrics": {"port": 70000}}, "port", id="metrics-port-out-of-range"),
     pytest.param({"mtls": {"enabled": "yes"}}, "enabled", id="mtls-not-a-boolean"),
     pytest.param({"mtls": {"enabled": True}}, "clientCASecret", id="mtls-with-a-ca-whose-key-is-discarded"),
     pytest.param({"policies": {"shipped": False}}, "no policies", id="empty-policy-set"),

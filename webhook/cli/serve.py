@@ -41,6 +41,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
     p.add_argument("--port", type=_port, default=8443, help="port to listen on (default: 8443)")
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve /metrics on this port only (HTTPS, the same certificate), so that a NetworkPolicy "
+        "can let scrapers reach /metrics and not /validate or /mutate (default: /metrics on --port)",
+    )
     add_policy_args(p)
     p.add_argument(
         "--exceptions",
@@ -217,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
         client_ca=args.client_ca,
         host=args.host,
         port=args.port,
+        metrics_port=args.metrics_port,
         policies=tuple(args.policies or ()),
         exceptions=tuple(args.exceptions or ()),
         config=args.config,
