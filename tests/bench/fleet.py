@@ -173,10 +173,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, help="burst rounds per arm (default 5; 3 with --quick)")
     args = parser.parse_args()
     quick = args.quick
-    args.nodes = args.nodes or (20 if quick else 100)
-    args.jobs = args.jobs or (12 if quick else 40)
-    args.topology_jobs = args.topology_jobs or (6 if quick else 12)
-    args.rounds = args.rounds or (3 if quick else 5)
+    # `is None`, not `or`: an explicit 0 is an error to report, not a request for the default.
+    for name, default in (
+        ("nodes", (20, 100)),
+        ("jobs", (12, 40)),
+        ("topology_jobs", (6, 12)),
+        ("rounds", (3, 5)),
+    ):
+        if getattr(args, name) is None:
+            setattr(args, name, default[0] if quick else default[1])
     try:
         nodes = layout(args.nodes)
     except ValueError as error:
