@@ -19,13 +19,14 @@ API server calls them, or no longer does: the same scenario runs with trainguard
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import json
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,6 +82,11 @@ TRAINING_OPERATOR_CRD = "kubeflow.org_pytorchjobs.yaml"
 START_TIMEOUT = 180.0
 STOP_TIMEOUT = 15.0
 PROPAGATION_TIMEOUT = 60.0
+# The webhook's share of the fleet's two cores, shared with the API server, etcd, the scheduler,
+# the controllers, KWOK and Kueue: a deployment would give it a CPU limit of one core, and
+# `--workers` follows the limit. The default (the CPUs this process may use) would start two
+# workers, each with its own cluster caches, competing with the control plane for the same cores.
+TRAINGUARD_WORKERS = 1
 
 
 def platform_config(recovery: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -156,6 +162,49 @@ def layout(count: int) -> list[Node]:
     return nodes
 
 
+class FleetWebhookServer(WebhookServer):
+    """``trainguard serve`` as a deployment runs it: `log_level` (info: admissions with findings
+    only) and `TRAINGUARD_WORKERS`; `debug_log()` on the fleet raises the level where a scenario
+    reads every admission's record."""
+
+    def __init__(self, *, certs: Path, config: Path, kubeconfig: Path, log: Path) -> None:
+        super().__init__(certs=certs, config=config, kubeconfig=kubeconfig, log=log)
+        self.log_level = "info"
+
+    def argv(self) -> list[str]:
+        argv = super().argv()
+        argv[argv.index("--log-level") + 1] = self.log_level
+        return [*argv, "--workers", str(TRAINGUARD_WORKERS)]
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds of the server and every worker it started (from /proc)."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return 0.0
+        return sum(_cpu_seconds(pid) for pid in _process_tree(process.pid))
+
+
+def _process_tree(pid: int) -> list[int]:
+    pids, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        pids.append(current)
+        for task in Path(f"/proc/{current}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                pending += [int(child) for child in task.read_text().split()]
+    return pids
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # exited between the listing and the read
+        return 0.0
+    # The command name (field 2) may hold spaces: fields are counted after its closing parenthesis.
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass
 class Fleet:
     """A started fleet; use `start_fleet()`."""
@@ -163,7 +212,7 @@ class Fleet:
     plane: ControlPlane
     nodes: list[Node]
     workdir: Path
-    server: WebhookServer
+    server: FleetWebhookServer
     webhook_certs: Path
     config: Path
     components: dict[str, processes.Component] = field(default_factory=dict)
@@ -251,6 +300,24 @@ class Fleet:
             return False
         labels = json.loads(out.stdout)["metadata"].get("labels") or {}
         return "trainguard.dev/class" in labels
+
+    @contextlib.contextmanager
+    def debug_log(self) -> Iterator[None]:
+        """trainguard restarted at debug level (a record per admission) for the block, then at info
+        again: the scenario that reads decisions pays for the records, the others run as deployed."""
+        self._restart("debug")
+        try:
+            yield
+        finally:
+            self._restart("info")
+
+    def _restart(self, level: str) -> None:
+        self.server.stop()
+        self.server.log_level = level
+        self.server.start()
+        self.server.wait_for_cluster_caches()
+        if self.trainguard_on:
+            wait_until(self._mutated, PROPAGATION_TIMEOUT, "trainguard answers again")
 
     # --- cleaning between arms ---
 
@@ -412,7 +479,7 @@ def start_fleet(
             raise ControlPlaneError(f"trainguard certs failed:\n{result.stderr}")
         config = workdir / "platform.yaml"
         config.write_text(yaml.safe_dump(platform_config(recovery), sort_keys=False), encoding="utf-8")
-        server = WebhookServer(
+        server = FleetWebhookServer(
             certs=certs, config=config, kubeconfig=plane.kubeconfig, log=workdir / "serve.log"
         )
         fleet = Fleet(plane, nodes, workdir, server, certs, config)

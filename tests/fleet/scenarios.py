@@ -14,6 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import jsonpatch
+import yaml
+
+from tests.e2e.webhook_server import trainguard
 from webhook.config import config_from_mapping
 from webhook.workloads import AdaptContext, build_workload
 
@@ -358,13 +362,16 @@ def members(fleet: Fleet, namespace: str) -> MembersResult:
     """A PyTorchJob (pods from the training operator) and an indexed Job (pods from the Job
     controller), with trainguard on: each pod is decided as a member of its workload."""
     sizes = {"members-pytorch": 4, "members-indexed": 2}
-    fleet.apply(
-        [
-            pytorchjob("members-pytorch", namespace, pods=sizes["members-pytorch"], pool="training"),
-            indexed_job("members-indexed", namespace, pods=sizes["members-indexed"], pool="training"),
-        ]
-    )
-    pods = poll(fleet, namespace, all_bound(sizes), "the members bound")
+    # The decisions are read from trainguard's records, which only debug level writes for every
+    # admission: the fleet serves at info otherwise, as a deployment would.
+    with fleet.debug_log():
+        fleet.apply(
+            [
+                pytorchjob("members-pytorch", namespace, pods=sizes["members-pytorch"], pool="training"),
+                indexed_job("members-indexed", namespace, pods=sizes["members-indexed"], pool="training"),
+            ]
+        )
+        pods = poll(fleet, namespace, all_bound(sizes), "the members bound")
     stored = {
         "members-pytorch": fleet.plane.kubectl_json("get", "pytorchjob", "members-pytorch", "-n", namespace),
         "members-indexed": fleet.plane.kubectl_json("get", "job.batch", "members-indexed", "-n", namespace),
@@ -463,6 +470,8 @@ class BurstResult:
     pods: int
     seconds: float
     histograms: dict[str, dict[float, float]] = field(default_factory=dict)  # webhook -> le -> count
+    trainguard_cpu_seconds: float = 0.0  # of the server's processes, from the apply to all bound
+    trainguard_calls: float = 0.0  # admissions the API server sent trainguard meanwhile
 
 
 BURST_PODS_PER_JOB = 4
@@ -474,37 +483,79 @@ def burst_capacity(training_nodes: int) -> int:
     return training_nodes * (GPUS_PER_NODE // BURST_GPUS_PER_POD) // BURST_PODS_PER_JOB
 
 
+def burst_manifests(
+    namespace: str, jobs: int, pods_per_job: int = BURST_PODS_PER_JOB, gpus_per_pod: int = BURST_GPUS_PER_POD
+) -> list[dict[str, Any]]:
+    return [
+        indexed_job(
+            f"burst-{n:04d}", namespace, pods=pods_per_job, gpus=gpus_per_pod, queue=QUEUE, pool="training"
+        )
+        for n in range(jobs)
+    ]
+
+
+def as_trainguard_mutates(
+    fleet: Fleet, manifests: list[dict[str, Any]], namespace: str
+) -> list[dict[str, Any]]:
+    """`manifests` with the patches trainguard would answer (from `trainguard check` on the fleet's
+    config): the same objects the "on" arm stores (class labels, pool affinity, priority class, the
+    rack preference), so that an arm without the webhook schedules exactly the same pods."""
+    result = trainguard(
+        "check",
+        "-",
+        "--config",
+        str(fleet.config),
+        "--namespace",
+        namespace,
+        "-o",
+        "json",
+        input=yaml.safe_dump_all(manifests),
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"trainguard check refused the burst (exit {result.returncode}):\n{result.stderr}"
+        )
+    decided = json.loads(result.stdout)["results"]
+    if len(decided) != len(manifests):
+        raise AssertionError(f"trainguard check decided {len(decided)} of {len(manifests)} burst jobs")
+    return [jsonpatch.apply_patch(m, d.get("patch") or []) for m, d in zip(manifests, decided, strict=True)]
+
+
 def burst(
     fleet: Fleet,
     arm: Arm,
     jobs: int,
     pods_per_job: int = BURST_PODS_PER_JOB,
     gpus_per_pod: int = BURST_GPUS_PER_POD,
+    *,
+    premutated: bool = False,
 ) -> BurstResult:
     """`jobs` indexed Jobs already queued (their own queue label, so Kueue acts in both arms),
-    applied in one kubectl call; seconds from the apply to every pod bound."""
+    applied in one kubectl call; seconds from the apply to every pod bound. With `premutated` the
+    Jobs are applied as trainguard would have mutated them (for an arm without its webhook: the
+    difference to "on" is then the admission calls alone, not the placement they ask for)."""
     namespace = arm.namespace
     capacity = len(fleet.training_nodes) * (GPUS_PER_NODE // gpus_per_pod)
     if jobs * pods_per_job > capacity:
         raise ValueError(f"{jobs} jobs of {pods_per_job} pods exceed the training pool's {capacity} pods")
-    manifests = [
-        indexed_job(
-            f"burst-{n:04d}", namespace, pods=pods_per_job, gpus=gpus_per_pod, queue=QUEUE, pool="training"
-        )
-        for n in range(jobs)
-    ]
+    manifests = burst_manifests(namespace, jobs, pods_per_job, gpus_per_pod)
+    if premutated:
+        manifests = as_trainguard_mutates(fleet, manifests, namespace)
     before = admission_histograms(fleet)
+    cpu_before = fleet.server.cpu_seconds()
     started = time.monotonic()
     fleet.apply(manifests)
     expected = {m["metadata"]["name"]: pods_per_job for m in manifests}
     poll(fleet, namespace, all_bound(expected), "the burst bound", timeout=max(TIMEOUT, 3.0 * jobs))
     seconds = time.monotonic() - started
+    cpu = fleet.server.cpu_seconds() - cpu_before
     after = admission_histograms(fleet)
     diff = {
         name: {le: count - before.get(name, {}).get(le, 0.0) for le, count in buckets.items()}
         for name, buckets in after.items()
     }
-    return BurstResult(arm.on, jobs, jobs * pods_per_job, seconds, diff)
+    calls = sum(max(b.values(), default=0.0) for name, b in diff.items() if "trainguard" in name)
+    return BurstResult(arm.on, jobs, jobs * pods_per_job, seconds, diff, cpu, calls)
 
 
 def admission_histograms(fleet: Fleet) -> dict[str, dict[float, float]]:

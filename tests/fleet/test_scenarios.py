@@ -70,15 +70,25 @@ def test_node_agents_start_on_every_node_while_trainguard_is_stopped(fleet: Flee
     assert "validate.trainguard.dev" in result.refused_while_stopped
 
 
-@pytest.mark.parametrize("on", [True, False], ids=["trainguard-on", "trainguard-off"])
-def test_a_queued_burst_binds_every_pod(fleet: Fleet, on: bool) -> None:
+@pytest.mark.parametrize(
+    ("on", "premutated"),
+    [(True, False), (False, False), (False, True)],
+    ids=["trainguard-on", "trainguard-off", "trainguard-off-same-objects"],
+)
+def test_a_queued_burst_binds_every_pod(fleet: Fleet, on: bool, premutated: bool) -> None:
     fleet.trainguard(on=on)
     try:
-        result = scenarios.burst(fleet, Arm(on, "fleet-burst"), jobs=4)
+        result = scenarios.burst(fleet, Arm(on, "fleet-burst"), jobs=4, premutated=premutated)
+        classes = {
+            (p["metadata"].get("labels") or {}).get(scenarios.CLASS_LABEL) for p in fleet.pods("fleet-burst")
+        }
     finally:
         fleet.clear("fleet-burst")
         fleet.trainguard(on=True)
 
     assert result.pods == 16
-    calls = sum(max(b.values(), default=0) for name, b in result.histograms.items() if "trainguard" in name)
-    assert (calls > 0) == on, result.histograms
+    assert (result.trainguard_calls > 0) == on, result.histograms
+    if on:
+        assert result.trainguard_cpu_seconds > 0, "the server's CPU is read from its processes"
+    # The arm without the webhook but with trainguard's objects schedules the same pods as "on".
+    assert classes == ({"B"} if on or premutated else {None})
