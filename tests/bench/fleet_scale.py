@@ -180,7 +180,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _sizes(text: str) -> list[int]:
-    sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+    try:
+        sizes = sorted({int(part) for part in text.split(",") if part.strip()})
+    except ValueError:
+        raise ValueError("expected node counts separated by commas, such as 100,300,1000") from None
     for size in sizes:
         layout(size)  # ValueError for a size the layout cannot make
     if not sizes:
