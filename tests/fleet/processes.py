@@ -116,54 +116,48 @@ def _kubeconfig_flags(plane: ControlPlane) -> list[str]:
     ]
 
 
-def start_scheduler(plane: ControlPlane, binary: Path, workdir: Path, timeout: float) -> Component:
+def _start_component(
+    name: str, plane: ControlPlane, binary: Path, workdir: Path, timeout: float, flags: list[str]
+) -> Component:
+    """kube-scheduler or kube-controller-manager: serving /healthz on 127.0.0.1, no leader election."""
     port = free_port()
-    (workdir / "scheduler-certs").mkdir(exist_ok=True)
+    certs = workdir / f"{name}-certs"
+    certs.mkdir(exist_ok=True)
     argv = [
         str(binary),
         *_kubeconfig_flags(plane),
         f"--bind-address={HOST}",
         f"--secure-port={port}",
-        f"--cert-dir={workdir / 'scheduler-certs'}",
+        f"--cert-dir={certs}",
         "--leader-elect=false",
-        # A burst of hundreds of pods: the default 50 QPS would make binding, not admission, the
-        # bottleneck the burst measures.
+        # A burst of hundreds of pods: the default 50 QPS would make binding and syncing, not
+        # admission, the bottleneck the burst measures.
         "--kube-api-qps=500",
         "--kube-api-burst=1000",
+        *flags,
     ]
-    process = _Process("kube-scheduler", argv, workdir / "kube-scheduler.log", clean_environment())
+    process = _Process(name, argv, workdir / f"{name}.log", clean_environment())
     component = Component(process, f"https://{HOST}:{port}/healthz")
     wait_for(process, component.healthy, timeout, "/healthz answered 200")
     return component
 
 
+def start_scheduler(plane: ControlPlane, binary: Path, workdir: Path, timeout: float) -> Component:
+    return _start_component("kube-scheduler", plane, binary, workdir, timeout, [])
+
+
 def start_controller_manager(plane: ControlPlane, binary: Path, workdir: Path, timeout: float) -> Component:
-    port = free_port()
-    (workdir / "kcm-certs").mkdir(exist_ok=True)
-    argv = [
-        str(binary),
-        *_kubeconfig_flags(plane),
-        f"--bind-address={HOST}",
-        f"--secure-port={port}",
-        f"--cert-dir={workdir / 'kcm-certs'}",
-        "--leader-elect=false",
+    flags = [
         f"--controllers={','.join(CONTROLLERS)}",
         # The token controller signs with the key the API server verifies (--service-account-key-file).
         f"--service-account-private-key-file={plane.pki_dir / 'sa.key'}",
         f"--root-ca-file={plane.ca_file}",
         "--use-service-account-credentials=false",
-        "--kube-api-qps=500",
-        "--kube-api-burst=1000",
         "--concurrent-job-syncs=10",
         # KWOK renews leases every 40 s / 4; a busy machine gets minutes, not seconds, of slack.
         "--node-monitor-grace-period=180s",
     ]
-    process = _Process(
-        "kube-controller-manager", argv, workdir / "kube-controller-manager.log", clean_environment()
-    )
-    component = Component(process, f"https://{HOST}:{port}/healthz")
-    wait_for(process, component.healthy, timeout, "/healthz answered 200")
-    return component
+    return _start_component("kube-controller-manager", plane, binary, workdir, timeout, flags)
 
 
 def kwok_stages(directory: Path) -> Path:
