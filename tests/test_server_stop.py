@@ -15,7 +15,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -73,6 +74,20 @@ class Log:
         return [orjson.loads(line)["msg"] for line in self.lines if line.startswith("{")]
 
 
+@contextmanager
+def served(files: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], Log]]:
+    """`serve` with its log read as it comes; killed if still running at the end, its log closed."""
+    process = serve(files, *extra)
+    log = Log(process)
+    try:
+        yield process, log
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        log.close()
+
+
 def any_line(lines: list[str]) -> bool:
     return bool(lines)
 
@@ -95,19 +110,12 @@ def test_sigterm_at_any_moment_of_the_start_exits_0(
     tmp_path: Path, ca: tuple[bytes, bytes], moment: Callable[[list[str]], bool], after: float
 ) -> None:
     files = pod_files(tmp_path, ca)
-    process = serve(files, "--workers", "2")
-    log = Log(process)
-    try:
+    with served(files, "--workers", "2") as (process, log):
         log.wait(moment, "the moment to stop it")
         # Not a race the test depends on: every moment must give the same outcome.
         time.sleep(after)
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=START)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
     messages = log.messages()
     assert process.returncode == 0, "".join(log.lines)[-3000:]
     failures = {"worker died: starting another", "workers killed: not drained in time", "worker failed"}
@@ -120,19 +128,12 @@ def test_workers_beyond_the_usable_cpus_are_capped_with_a_warning(
     tmp_path: Path, ca: tuple[bytes, bytes]
 ) -> None:
     files = pod_files(tmp_path, ca)
-    process = serve(files, "--workers", str(CPUS + 3))
-    log = Log(process)
-    try:
+    with served(files, "--workers", str(CPUS + 3)) as (process, log):
         log.wait(lambda lines: any('"workers started"' in line for line in lines), "the workers")
         started = next(orjson.loads(line) for line in log.lines if '"workers started"' in line)
         children = Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=START)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
     warning = next(orjson.loads(line) for line in log.lines if "CPUs this process can use" in line)
     assert f"--workers {CPUS + 3}" in warning["msg"] and f"the {CPUS} CPUs" in warning["msg"]
     assert warning["level"] == "warning"
@@ -169,11 +170,9 @@ def test_recycled_workers_fail_no_request(tmp_path: Path, ca: tuple[bytes, bytes
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = serve(files, "--workers", "2", "--recycle-after", "40", "--port", str(port))
-    log = Log(process)
     answers: list[int | str] = []
     lock = threading.Lock()
-    try:
+    with served(files, "--workers", "2", "--recycle-after", "40", "--port", str(port)) as (process, log):
         log.wait(lambda lines: any('"Application startup complete."' in line for line in lines), "a worker")
         base = f"https://127.0.0.1:{port}"
 
@@ -202,11 +201,6 @@ def test_recycled_workers_fail_no_request(tmp_path: Path, ca: tuple[bytes, bytes
         log.wait(lambda lines: any('"worker recycled"' in line for line in lines), "a worker to be recycled")
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=START)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        log.close()
     assert answers == [200] * 400
     messages = log.messages()
     assert "worker died: starting another" not in messages
