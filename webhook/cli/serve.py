@@ -1,4 +1,4 @@
-"""`trainguard serve`: the admission webhook, a thin shell over `webhook.server.serve(Settings(...))`."""
+"""`trainguard serve`: the admission webhook, a thin shell over `webhook.serve.main.serve(Settings(...))`."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import argparse
 import os
 import shutil
 
-from webhook import stopsignal
 from webhook.cli._file_engine import add_policy_args
-from webhook.logs import LEVELS
-from webhook.settings import DEFAULT_INLINE_SLICE
+from webhook.serve import stopsignal
+from webhook.serve.logs import LEVELS
+from webhook.serve.settings import DEFAULT_INLINE_SLICE
 
 # Admissions per worker before it is replaced. Under 300,000 mixed reviews (one in a thousand of
 # 2.8 MiB) a worker's memory rose for its first 50,000-90,000 admissions before levelling off;
@@ -199,15 +199,16 @@ def run(args: argparse.Namespace) -> int:
     stopsignal.install()  # from here on a SIGTERM stops the server cleanly, whenever it comes
 
     # Imported here: `trainguard check --help` should not pay for uvicorn and the server.
-    from webhook.workers import default_workers, shared_metrics_dir
+    from webhook.serve.workers import default_workers, shared_metrics_dir
 
     workers = args.workers or default_workers()
-    # Before webhook.server imports prometheus_client: with several workers, /metrics sums them all
+    # Before webhook.serve.main imports prometheus_client: with several workers, /metrics sums them all
     # (serve() caps --workers at the usable CPUs, and says so).
     supervised = min(workers, default_workers()) > 1 or args.recycle_after > 0
     metrics_dir = shared_metrics_dir() if supervised else None
 
-    from webhook.server import ServerError, Settings, serve
+    from webhook.serve.main import serve
+    from webhook.serve.settings import ServerError, Settings
 
     missing = [
         flag for flag, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)) if not value
