@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import configparser
 from pathlib import Path
+from typing import Any
 
 import grimp  # import-linter's import graph, installed with it
 import pytest
@@ -41,7 +42,7 @@ def modules_in(container: str) -> set[str]:
     return modules | {f"{container}.{p.parent.name}" for p in package.glob("*/__init__.py")}
 
 
-def contract_cases() -> list[object]:
+def contract_cases() -> list[Any]:
     cases = []
     for section in layers_contracts():
         for container, names in layered(section).items():

@@ -46,14 +46,14 @@ from webhook.metrics import Metrics
 from webhook.serve import admission_review, logs, runtime_tuning
 from webhook.serve.isolation import BodyBudget, Busy, DecisionThreads, Slots
 from webhook.serve.readiness_notes import Notes
-from webhook.serve.settings import DEFAULT_INLINE_SLICE, DEFAULT_MAX_BODY_BYTES
+from webhook.serve.settings import Settings, default
 
-DEFAULT_BUDGET_SECONDS = 4.0  # below the webhook configurations' timeoutSeconds (5)
 LARGE_BODY_BYTES = 256 * 1024  # a 30-env 8-GPU training Pod's review is about 12 KB
 # Bodies up to this size are decided on the event loop, within ServerState.inline_slice (larger
 # ones, and the rare small one that needs longer, on a deciding thread).
 INLINE_BODY_BYTES = 64 * 1024
 RECEIVING_BUDGET_BODIES = 4  # bodies of the largest size that may be on their way at once, per worker
+LARGE_BUDGET_BODIES = 2  # bodies of the largest size that may be decided at once, per worker
 RETRY_AFTER_SECONDS = 1
 _JSON = "application/json"
 _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook itself
@@ -67,32 +67,48 @@ class ServerState:
     decoded review as arguments); `install()` is the only writer of `engine`.
     """
 
-    metrics: Metrics = field(default_factory=Metrics)
+    metrics: Metrics = field(default_factory=lambda: Metrics(sample_every=default("metrics_sample_every")))
     engine: Engine | None = None
     shutting_down: bool = False
     closing_connections: bool = False  # a retiring worker: every answer asks the client to reconnect
     admissions: int = 0  # admission calls answered by this worker (what recycling counts)
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    budget: float = DEFAULT_BUDGET_SECONDS
-    large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
+    max_body_bytes: int = default("max_body_bytes")
+    budget: float = default("request_budget")
     large_bytes_in_flight: int = 0
-    # Large bodies being received at once: a body withheld after its headers holds its bytes here
-    # (until its body timeout), never a slot.
-    bodies: BodyBudget = field(
-        default_factory=lambda: BodyBudget(RECEIVING_BUDGET_BODIES * DEFAULT_MAX_BODY_BYTES)
-    )
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
-    inline_slice: float = DEFAULT_INLINE_SLICE  # seconds an inline decision may take before deferring
+    inline_slice: float = default("inline_slice")  # seconds an inline decision may take before deferring
     # What a side task (the audit) cannot do, by task: /readyz says it without failing admission.
     notes: Notes = field(default_factory=Notes)
-    slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
-    threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
+    slots: Slots = field(
+        default_factory=lambda: Slots(default("max_in_flight"), default("max_queued"), default("queue_wait"))
+    )
+    threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(default("decision_threads")))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))
     policy_error_log: logs.RateLimited = field(
         default_factory=lambda: logs.RateLimited(logging.getLogger(logs.ADMISSION_LOGGER))
     )
+    # Large bodies being received at once: a body withheld after its headers holds its bytes here
+    # (until its body timeout), never a slot. Sized from max_body_bytes.
+    bodies: BodyBudget = field(init=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServerState:
+        return cls(
+            metrics=Metrics(sample_every=settings.metrics_sample_every),
+            max_body_bytes=settings.max_body_bytes,
+            budget=settings.request_budget,
+            inline_slice=settings.inline_slice,
+            slots=Slots(settings.max_in_flight, settings.max_queued, settings.queue_wait),
+            threads=DecisionThreads(settings.decision_threads),
+        )
+
+    @property
+    def large_body_budget(self) -> int:
+        """Bytes of large bodies read or decided at once."""
+        return LARGE_BUDGET_BODIES * self.max_body_bytes
 
     def __post_init__(self) -> None:
+        self.bodies = BodyBudget(RECEIVING_BUDGET_BODIES * self.max_body_bytes)
         self.metrics.set_in_flight(lambda: self.slots.busy, lambda: self.slots.waiting)
 
     @property

@@ -26,7 +26,10 @@ def serve(settings: Settings) -> int:
     stopsignal.install()  # a stop while loading is answered once serving starts, not by dying
     runtime_tuning.bound_allocator()  # before the first large allocation; the workers inherit it
     logs.configure(settings.log_level)
-    settings = dataclasses.replace(settings, workers=workers.usable_workers(settings.workers))
+    count = (
+        workers.default_workers() if settings.workers is None else workers.usable_workers(settings.workers)
+    )
+    settings = dataclasses.replace(settings, workers=count)
     server = build(settings)
     # After everything is loaded, before the first request; before the fork, so that every worker
     # inherits it and the frozen objects stay shared pages.
@@ -34,6 +37,6 @@ def serve(settings: Settings) -> int:
     if stopsignal.pending():
         log.info("stopped before serving: asked to stop while starting")
         return 0
-    if settings.workers > 1 or settings.recycle_after > 0:  # recycling needs a supervisor
+    if count > 1 or settings.recycle_after > 0:  # recycling needs a supervisor
         return workers.run(server, settings)
     return server.run_here()

@@ -31,12 +31,10 @@ import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
 from webhook import certs
-from webhook.metrics import Metrics
 from webhook.serve import client_auth, stopsignal, tls
-from webhook.serve.app import RECEIVING_BUDGET_BODIES, ServerState, create_app, create_metrics_app
+from webhook.serve.app import ServerState, create_app, create_metrics_app
 from webhook.serve.cluster_hooks import cluster_hooks
 from webhook.serve.http_protocol import HttpLimits, limited_protocol
-from webhook.serve.isolation import BodyBudget, DecisionThreads, Slots
 from webhook.serve.reload import Reloader
 from webhook.serve.settings import ServerError, Settings
 from webhook.serve.sockets import bind
@@ -240,26 +238,12 @@ def _new_loop(handshake_timeout: float) -> asyncio.AbstractEventLoop:
 def build(settings: Settings, *, state: ServerState | None = None) -> WebhookServer:
     """Everything but the event loop: loads policies (PolicyError/ConfigError), TLS (ServerError)."""
     _check(settings)
-    state = state or ServerState(
-        metrics=Metrics(sample_every=settings.metrics_sample_every),
-        max_body_bytes=settings.max_body_bytes,
-        budget=settings.request_budget,
-        inline_slice=settings.inline_slice,
-        large_body_budget=2 * settings.max_body_bytes,
-        bodies=BodyBudget(RECEIVING_BUDGET_BODIES * settings.max_body_bytes),
-        slots=Slots(settings.max_in_flight, settings.max_queued, settings.queue_wait),
-        threads=DecisionThreads(settings.decision_threads),
-    )
+    state = state or ServerState.from_settings(settings)
     reloader = Reloader(settings, state)
     # Credentials first: a bad kubeconfig should not wait for the policies to compile.
     hooks = cluster_hooks(settings, reloader) if settings.cluster else None
     reloader.load_initial()
-    limits = HttpLimits(
-        header_timeout=settings.header_timeout,
-        body_timeout=settings.body_timeout,
-        max_header_bytes=settings.max_header_bytes,
-        max_headers=settings.max_headers,
-    )
+    limits = HttpLimits.from_settings(settings)
     app = create_app(state, with_metrics=settings.metrics_port is None)
     protocol = limited_protocol(limits)
     if settings.client_ca is not None:
@@ -383,7 +367,7 @@ def _check(settings: Settings) -> None:
     if settings.max_body_bytes < 1:
         raise ServerError(f"--max-body-bytes must be positive, got {settings.max_body_bytes}")
     for option, value in (
-        ("--workers", settings.workers),
+        ("--workers", 1 if settings.workers is None else settings.workers),
         ("--max-in-flight", settings.max_in_flight),
         ("--decision-threads", settings.decision_threads),
         ("--max-headers", settings.max_headers),

@@ -136,7 +136,7 @@ def run(server: WebhookServer, settings: Settings) -> int:
     restarts: list[float] = []
     failed = False
     try:
-        for index in range(settings.workers):
+        for index in range(settings.workers or default_workers()):
             if stopping:
                 break  # a worker forked now would only be stopped again
             start(index)
