@@ -10,6 +10,7 @@ import argparse
 import dataclasses
 import os
 import shutil
+from typing import Any
 
 from webhook.cli._file_engine import add_policy_args
 from webhook.serve import stopsignal
@@ -41,10 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="mutual TLS: /validate and /mutate answer 401 unless the client presents a certificate "
         "signed by this CA (PEM; reloaded on change); probes and /metrics need none",
     )
-    p.add_argument("--host", default=default("host"), help="address to listen on (default: %(default)s)")
-    p.add_argument(
-        "--port", type=_port, default=default("port"), help="port to listen on (default: %(default)s)"
-    )
+    _setting(p, "--host", "address to listen on")
+    _setting(p, "--port", "port to listen on", type=_port)
     p.add_argument(
         "--metrics-port",
         type=_port,
@@ -84,12 +83,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="write --ca-bundle into the caBundle of the existing webhook configurations named "
         "trainguard, at start and when it changes; creates nothing (--self-register does more)",
     )
-    cluster.add_argument(
-        "--webhook-service",
-        default=default("webhook_service"),
-        metavar="NAME",
-        help="our Service's name (default: %(default)s)",
-    )
+    _setting(cluster, "--webhook-service", "our Service's name", metavar="NAME")
     cluster.add_argument(
         "--webhook-namespace",
         default=os.environ.get("POD_NAMESPACE") or default("webhook_namespace"),
@@ -107,40 +101,36 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="keep policy reports of the workloads in the cluster (one replica writes, elected "
         "through the Lease trainguard-audit in --webhook-namespace)",
     )
-    cluster.add_argument(
+    _setting(
+        cluster,
         "--report-format",
+        "with --audit: wgpolicyk8s.io/v1alpha2 PolicyReports (wgpolicy), openreports.io/v1alpha1 "
+        "Reports, or both",
         choices=("wgpolicy", "openreports", "both"),
-        default=default("report_format"),
-        help="with --audit: wgpolicyk8s.io/v1alpha2 PolicyReports (wgpolicy), openreports.io/v1alpha1 "
-        "Reports, or both (default: %(default)s)",
     )
-    p.add_argument(
+    seconds = {"type": _positive_float, "metavar": "S"}
+    _setting(
+        p,
         "--reload-interval",
-        type=_positive_float,
-        default=default("reload_interval"),
-        metavar="S",
-        help="seconds between checks of the policy, config and certificate files (default: %(default)s)",
+        "seconds between checks of the policy, config and certificate files",
+        **seconds,
     )
-    p.add_argument(
+    _setting(
+        p,
         "--shutdown-delay",
+        "seconds to keep serving after SIGTERM, not ready, before draining",
         type=_non_negative_float,
-        default=default("shutdown_delay"),
         metavar="S",
-        help="seconds to keep serving after SIGTERM, not ready, before draining (default: %(default)s)",
     )
-    p.add_argument(
-        "--graceful-timeout",
-        type=_positive_float,
-        default=default("graceful_timeout"),
-        metavar="S",
-        help="seconds in-flight requests get to finish once draining starts (default: %(default)s)",
+    _setting(
+        p, "--graceful-timeout", "seconds in-flight requests get to finish once draining starts", **seconds
     )
-    p.add_argument(
+    _setting(
+        p,
         "--max-body-bytes",
+        "largest AdmissionReview accepted, in bytes; the default is the API server's own limit",
         type=_positive_int,
-        default=default("max_body_bytes"),
         metavar="N",
-        help="largest AdmissionReview accepted, in bytes (default: %(default)s, the API server's limit)",
     )
     limits = p.add_argument_group("isolation and limits (per worker process)")
     limits.add_argument(
@@ -151,64 +141,59 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="worker processes sharing the port (default, and at most: the CPU limit, from cgroup "
         "cpu.max or the CPUs this process may use; more is capped with a warning)",
     )
-    limits.add_argument(
+    _setting(
+        limits,
         "--recycle-after",
-        type=_non_negative_int,
-        default=default("recycle_after"),
-        metavar="N",
-        help="replace a worker with a fresh process after N admissions, which bounds what the "
+        "replace a worker with a fresh process after N admissions, which bounds what the "
         "allocator's fragmentation can add: the replacement starts accepting first, the old one "
         "then answers its open connections asking clients to reconnect, and drains; no request "
-        "fails and the pod stays ready (default: %(default)s; 0: never)",
-    )
-    limits.add_argument(
-        "--max-in-flight",
-        type=_positive_int,
-        default=default("max_in_flight"),
+        "fails and the pod stays ready; 0: never",
+        type=_non_negative_int,
         metavar="N",
-        help=f"admissions read and decided at once per worker; up to {_QUEUED_PER_SLOT}x more wait up "
-        f"to {default('queue_wait'):g} s, the rest get 429 with Retry-After (default: %(default)s)",
     )
-    limits.add_argument(
+    _setting(
+        limits,
+        "--max-in-flight",
+        f"admissions read and decided at once per worker; up to {_QUEUED_PER_SLOT}x more wait up to "
+        f"{default('queue_wait'):g} s, the rest get 429 with Retry-After",
+        type=_positive_int,
+        metavar="N",
+    )
+    _setting(
+        limits,
         "--request-budget",
-        type=_positive_float,
-        default=default("request_budget"),
-        metavar="S",
-        help="seconds an admission may take; set it below the webhook timeoutSeconds (default: "
-        "%(default)s, 80%% of 5). Policies not evaluated in time get their failurePolicy outcome",
+        "seconds an admission may take, below the webhook timeoutSeconds (5; the default is 80%% of "
+        "it); policies not evaluated in time get their failurePolicy outcome",
+        **seconds,
     )
-    limits.add_argument(
+    _setting(
+        limits,
         "--inline-slice",
+        "seconds an admission may run on the event loop before it moves to a deciding thread: the "
+        "longest a probe waits behind a decision; 0 decides every admission on a thread",
         type=_non_negative_float,
-        default=default("inline_slice"),
         metavar="S",
-        help="seconds an admission may run on the event loop before it moves to a deciding thread: "
-        "the longest a probe waits behind a decision; 0 decides every admission on a thread "
-        "(default: %(default)s)",
     )
-    limits.add_argument(
+    _setting(
+        limits,
         "--header-timeout",
-        type=_positive_float,
-        default=default("header_timeout"),
-        metavar="S",
-        help="seconds a connection has to send a request's headers, else 408 and close "
-        "(default: %(default)s)",
+        "seconds a connection has to send a request's headers, else 408 and close",
+        **seconds,
     )
-    limits.add_argument(
+    _setting(
+        limits,
         "--body-timeout",
-        type=_positive_float,
-        default=default("body_timeout"),
-        metavar="S",
-        help="seconds a request has to send its body after its headers, else 408 and close "
-        "(default: %(default)s)",
+        "seconds a request has to send its body after its headers, else 408 and close",
+        **seconds,
     )
-    p.add_argument(
-        "--log-level",
-        choices=LEVELS,
-        default=default("log_level"),
-        help="what is logged (default: %(default)s)",
-    )
+    _setting(p, "--log-level", "what is logged", choices=LEVELS)
     p.set_defaults(run=run)
+
+
+def _setting(group: argparse._ActionsContainer, flag: str, text: str, **options: Any) -> None:
+    """A flag for the Settings field of its name, with that field's default, shown in --help."""
+    field = flag.removeprefix("--").replace("-", "_")
+    group.add_argument(flag, default=default(field), help=f"{text} (default: %(default)s)", **options)
 
 
 def run(args: argparse.Namespace) -> int:
