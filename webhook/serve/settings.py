@@ -10,6 +10,7 @@ from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from webhook import install_names
 from webhook.engine import default_policies_dir
 from webhook.errors import TrainguardError
 
@@ -40,8 +41,8 @@ class Settings:
     ca_bundle: str | None = None
     self_register: bool = False
     inject_ca_bundle: bool = False  # write only the caBundle of the configurations the install made
-    webhook_service: str = "trainguard"
-    webhook_namespace: str = "trainguard-system"
+    webhook_service: str = install_names.SERVICE
+    webhook_namespace: str = install_names.NAMESPACE
     webhook_url: str | None = None
     reload_interval: float = 2.0
     shutdown_delay: float = 5.0
