@@ -20,8 +20,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from starlette.testclient import TestClient
 
-from webhook import logs, review
-from webhook.app import ServerState, create_app
 from webhook.config import load_config
 from webhook.engine import (
     AdmissionInput,
@@ -33,6 +31,9 @@ from webhook.engine import (
     load_policy_set,
 )
 from webhook.metrics import Metrics
+from webhook.serve import admission_review as codec
+from webhook.serve import logs
+from webhook.serve.app import ServerState, create_app
 
 UID = "b1f4c5de-0000-4000-8000-000000000001"
 JSON = {"content-type": "application/json"}
@@ -518,7 +519,7 @@ def test_an_error_while_reading_a_review_is_a_400_never_a_500(
     def fail(*args: Any, **kwargs: Any) -> Any:
         raise error
 
-    monkeypatch.setattr(review, step, fail)
+    monkeypatch.setattr(codec, step, fail)
     response = post(client, "/validate", admission_review(pytorchjob()))
     assert response.status_code == 400
     assert named in response.json()["error"]

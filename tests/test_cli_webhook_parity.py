@@ -21,8 +21,6 @@ import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
 from tests.conftest import REPO, shared_dir
-from webhook import review
-from webhook.app import ServerState, create_app
 from webhook.cli._file_engine import decide_all
 from webhook.config import PlatformConfig, load_config
 from webhook.context import context_objects
@@ -35,6 +33,8 @@ from webhook.engine import (
     default_policies_dir,
     load_policy_set,
 )
+from webhook.serve import admission_review as codec
+from webhook.serve.app import ServerState, create_app
 
 with warnings.catch_warnings():
     # Starlette 1.x prefers httpx2 for its TestClient and warns when it falls back to httpx, which
@@ -123,7 +123,7 @@ def patch_of(response: dict[str, Any]) -> list[dict[str, Any]]:
 
 def cli_view(decision: Decision) -> dict[str, Any]:
     """What the API server would see from the CLI's decision, in the webhook's words."""
-    out = review.build_response("cli", decision, mutating=True)["response"]
+    out = codec.build_response("cli", decision, mutating=True)["response"]
     return {
         "allowed": decision.allowed,
         "message": out.get("status", {}).get("message"),

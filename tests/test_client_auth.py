@@ -17,7 +17,8 @@ import pytest
 from tests.test_server_tls import REVIEW, pod_files, running, settings_for, url, wait_for
 from webhook import certs
 from webhook.cli import main as cli_main
-from webhook.server import ServerError, WebhookServer, build
+from webhook.serve.server import WebhookServer, build
+from webhook.serve.settings import ServerError
 
 CLIENT = "kube-apiserver"
 

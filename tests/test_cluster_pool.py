@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from webhook.cluster import ClusterCaches, api_client
-from webhook.cluster_hooks import connections
 from webhook.kinds import KINDS
-from webhook.settings import Settings
+from webhook.serve.cluster_hooks import connections
+from webhook.serve.settings import Settings
 
 
 def kubeconfig(tmp_path: Path) -> Path:

@@ -27,11 +27,12 @@ from tests.test_server_tls import (
     validate,
     wait_for,
 )
-from webhook import certs, logs
+from webhook import certs
 from webhook.cli import main as cli_main
 from webhook.engine import default_policies_dir
 from webhook.errors import PolicyError
-from webhook.server import build
+from webhook.serve import logs
+from webhook.serve.server import build
 
 DIVIDE_BY_ZERO = """\
 apiVersion: trainguard.dev/v1alpha1

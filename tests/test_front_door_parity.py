@@ -22,11 +22,11 @@ import pytest
 import yaml
 from starlette.exceptions import StarletteDeprecationWarning
 
-from webhook.app import ServerState, create_app
 from webhook.cli import main
 from webhook.config import config_from_mapping, load_config
 from webhook.engine import AdmissionInput, ClusterFacts, build_engine, load_policy_set
 from webhook.recovery.cluster_state import eviction_value
+from webhook.serve.app import ServerState, create_app
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)

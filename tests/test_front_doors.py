@@ -18,11 +18,11 @@ import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
 from webhook import documents
-from webhook.app import ServerState, create_app
 from webhook.cli import main
 from webhook.config import load_config
 from webhook.documents import MAX_DEPTH, MAX_TEXT_ENTRIES
 from webhook.engine import build_engine, default_policies_dir, load_policy_set
+from webhook.serve.app import ServerState, create_app
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)

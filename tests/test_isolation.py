@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from webhook.isolation import BodyBudget, Busy, DecisionThreads, Slots
+from webhook.serve.isolation import BodyBudget, Busy, DecisionThreads, Slots
 
 
 async def _outcome(slots: Slots, hold: float, order: list[str], name: str) -> str:

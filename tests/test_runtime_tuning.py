@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 # In a fresh interpreter: allocator settings are process-wide and cannot be undone.
 PROBE = """
 import ctypes, sys
-from webhook import runtime_tuning
+from webhook.serve import runtime_tuning
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
@@ -60,7 +60,7 @@ def test_a_large_buffer_needed_again_is_still_given_back_whole(mode: str, where:
 
 TRIM_PROBE = """
 import ctypes
-from webhook import runtime_tuning
+from webhook.serve import runtime_tuning
 
 assert runtime_tuning.bound_allocator()
 libc = ctypes.CDLL(None)

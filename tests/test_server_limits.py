@@ -44,7 +44,7 @@ from tests.test_server_tls import (
     wait_for,
 )
 from webhook import certs
-from webhook.server import WebhookServer
+from webhook.serve.server import WebhookServer
 
 SLOW_POLICY = """\
 apiVersion: trainguard.dev/v1alpha1

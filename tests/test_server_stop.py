@@ -24,7 +24,7 @@ import orjson
 import pytest
 
 from tests.test_server_tls import REPO, REVIEW, WAIT, ca, client_context, denied_by_gang, pod_files
-from webhook.workers import default_workers, usable_workers
+from webhook.serve.workers import default_workers, usable_workers
 
 __all__ = ["ca"]  # the module's CA fixture, shared with test_server_tls
 

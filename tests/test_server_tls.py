@@ -30,7 +30,8 @@ from webhook import certs
 from webhook.cli import main as cli_main
 from webhook.engine import default_policies_dir
 from webhook.errors import PolicyError
-from webhook.server import ServerError, Settings, WebhookServer, build
+from webhook.serve.server import WebhookServer, build
+from webhook.serve.settings import ServerError, Settings
 
 REPO = Path(__file__).resolve().parents[1]
 UID = "c0ffee00-0000-4000-8000-000000000001"

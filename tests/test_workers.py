@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.workers import default_workers
+from webhook.serve.workers import default_workers
 
 CPUS = len(os.sched_getaffinity(0))
 

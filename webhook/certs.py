@@ -24,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
 from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook import install_names
 from webhook.errors import TrainguardError
 
 IPAddress: TypeAlias = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -170,8 +171,8 @@ def check_ca(ca_cert_pem: bytes, ca_key_pem: bytes) -> None:
 
 def write_bundle(
     out_dir: str | Path,
-    service: str = "trainguard",
-    namespace: str = "trainguard-system",
+    service: str = install_names.SERVICE,
+    namespace: str = install_names.NAMESPACE,
     hosts: Iterable[str] = (),
     days: int = 365,
 ) -> BundlePaths:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
-from webhook import certs, kinds
+from webhook import certs, install_names, kinds
 from webhook.accelerators import split_names
 from webhook.config import PlatformConfig, load_config
 from webhook.errors import TrainguardError
@@ -87,12 +87,12 @@ class WebhookConfigError(TrainguardError):
 def render(
     *,
     ca_bundle: bytes | None = None,
-    service: str = "trainguard",
-    namespace: str = "trainguard-system",
-    port: int = 443,
+    service: str = install_names.SERVICE,
+    namespace: str = install_names.NAMESPACE,
+    port: int = install_names.SERVICE_PORT,
     url: str | None = None,
-    name: str = "trainguard",
-    service_account: str = "trainguard",
+    name: str = install_names.CONFIGURATIONS,
+    service_account: str = install_names.SERVICE_ACCOUNT,
     validating_failure_policy: FailurePolicy = "Fail",
     mutating_failure_policy: FailurePolicy = "Ignore",
     timeout_seconds: int = 5,

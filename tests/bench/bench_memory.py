@@ -282,7 +282,9 @@ def run(
         tmp = Path(d)
         servers.make_certs(tmp / "certs")
         port = servers.free_port()
-        s = servers.trainguard_server(port, tmp / "certs", tmp / "memory.log", workers=workers, extra=extra)
+        s = servers.trainguard_server(
+            port, tmp / "certs", tmp / "memory.log", workers=workers, extra=extra, recycle=True
+        )
         with s:
             time.sleep(1.0)
             results["at_rest_pss_MiB"], results["at_rest_rss_MiB"] = (

@@ -4,7 +4,7 @@ Every front door refuses the same unreadable objects (webhook/documents.py: meta
 nesting, values per object; and a count of a YAML text before it is parsed). This measures what
 those checks cost on the worst shapes that fit in 3 MiB, on both paths:
 
-- webhook: `review.parse_request(body)` on an AdmissionReview carrying the object (JSON decoding,
+- webhook: `admission_review.parse_request(body)` on an AdmissionReview carrying the object (JSON decoding,
   the nesting bound on the text, the value count and the metadata types), and the part of it that
   is the structural walk (`check_structure` with no bound known, as a YAML document gets it);
 - check: `load_yaml_documents(text)` and `check_object`, the path `trainguard check` and
@@ -29,9 +29,9 @@ import common
 import orjson
 from common import admission_review, big_training_pod, log, median, table
 
-from webhook import review
 from webhook.documents import Document, check_object, check_structure, load_yaml_documents
 from webhook.errors import InputError
+from webhook.serve import admission_review as codec
 
 LIMIT = 3 * 1024 * 1024  # the API server's request body limit
 
@@ -112,7 +112,7 @@ def shapes(quick: bool) -> list[list[Any]]:
         obj = make()
         body = orjson.dumps(admission_review(obj))
         text = orjson.dumps(obj).decode()
-        webhook_ms, webhook_outcome = _cpu_ms(partial(review.parse_request, body), repeats)
+        webhook_ms, webhook_outcome = _cpu_ms(partial(codec.parse_request, body), repeats)
         walk_ms, _ = _cpu_ms(partial(check_structure, orjson.loads(text), source="bench"), repeats)
         check_ms, check_outcome = _cpu_ms(partial(_check_path, text), max(1, repeats // 2))
         rows.append([name, len(body), webhook_ms, webhook_outcome, walk_ms, check_ms, check_outcome])

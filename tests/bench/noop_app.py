@@ -1,7 +1,7 @@
 """The floor for the throughput benchmark: trainguard's server stack with a handler that decides nothing.
 
-Same routes as webhook/app.py (/validate, /mutate, /healthz, /readyz), same stack (Starlette on
-uvicorn with httptools, uvloop and TLS, orjson), same uvicorn settings as webhook/server.py. The
+Same routes as webhook/serve/app.py (/validate, /mutate, /healthz, /readyz), same stack (Starlette on
+uvicorn with httptools, uvloop and TLS, orjson), same uvicorn settings as webhook/serve/server.py. The
 admission handlers read the body, parse the AdmissionReview with orjson, and answer allowed with
 the request's uid. Whatever trainguard's app costs beyond this is the price of deciding.
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.mutate_patch:
         with open(args.mutate_patch, "rb") as f:
             mutate_patch = orjson.loads(f.read())
-    # The settings of webhook.server.build(), minus what only trainguard has (reload, drain).
+    # The settings of webhook.serve.server.build(), minus what only trainguard has (reload, drain).
     config = uvicorn.Config(
         create_noop_app(mutate_patch),
         host=args.host,

@@ -138,12 +138,22 @@ class Server:
 
 
 def trainguard_server(
-    port: int, certs: Path, log_path: Path, extra: list[str] | None = None, workers: int | None = 1
+    port: int,
+    certs: Path,
+    log_path: Path,
+    extra: list[str] | None = None,
+    workers: int | None = 1,
+    recycle: bool = False,
 ) -> Server:
     """`trainguard serve` on `port`; one worker process, as the no-op floor runs, so that figures are
-    per worker (None, or a tree from before --workers: the option is left out)."""
-    if not (code_root() / "webhook" / "workers.py").exists():
+    per worker (None, or a tree from before --workers: the option is left out). With one worker
+    and no `recycle`, recycling is off too: a recycling server is a supervisor and its worker, and
+    the figures read from the pid would be the supervisor's."""
+    # The flags of the tree under test (an older one may lack them), read from its source.
+    flags = (code_root() / "webhook" / "cli" / "serve.py").read_text()
+    if "--workers" not in flags:
         workers = None
+    one_process = workers == 1 and not recycle and "--recycle-after" in flags
     argv = [
         sys.executable,
         "-m",
@@ -160,6 +170,7 @@ def trainguard_server(
         "--shutdown-delay",
         "0",
         *(["--workers", str(workers)] if workers is not None else []),
+        *(["--recycle-after", "0"] if one_process else []),
         *(extra or []),
     ]
     return Server("trainguard", argv, port, certs / "ca.crt", log_path)

@@ -1,24 +1,23 @@
 """An audit run -> table / json / markdown / sarif, for `trainguard audit`.
 
-The SARIF rules and the Markdown escaping are the review gate's (webhook.reviewgate), so a policy
-reads the same in a pull request and in a cluster audit. Cluster objects have no file and line:
-SARIF results carry a logical location (the object) instead of a physical one.
+The SARIF log (webhook.sarif_log) and the Markdown escaping (webhook.markdown_text) are the ones
+the review gate writes, so a policy reads the same in a pull request and in a cluster audit.
+Cluster objects have no file and line: SARIF results carry a logical location (the object)
+instead of a physical one.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import orjson
 
-from webhook import __version__
+from webhook import markdown_text, sarif_log
 from webhook.audit.compare import Change, Comparison
 from webhook.audit.decide import RESULTS, ObjectAudit
 from webhook.engine import Policy
-from webhook.reviewgate import markdown, sarif
 
 VERDICT_LABELS = {"pass": "PASS", "warn": "WARN", "fail": "FAIL", "error": "ERROR"}
 SARIF_LEVELS = {"fail": "error", "error": "error", "warn": "warning", "skip": "note"}
@@ -166,13 +165,13 @@ def render_markdown(run: AuditRun) -> str:
         "## trainguard audit",
         "",
         f"**{s['fail']} of {s['workloads']} workloads failing**, {s['warn']} with warnings, "
-        f"{s['pass']} passing ({markdown.text(run.scope)}); {s['wouldPatch']} would be patched.",
+        f"{s['pass']} passing ({markdown_text.text(run.scope)}); {s['wouldPatch']} would be patched.",
         "",
     ]
     if run.audits:
         out += ["| Workload | Kind | Class | Tier | Result |", "|---|---|---|---|---|"]
         for a in run.audits:
-            name = markdown.code(
+            name = markdown_text.code(
                 f"{a.ref.namespace}/{a.ref.name}" if a.ref.namespace else a.ref.name, cell=True
             )
             out.append(f"| {name} | {a.ref.kind} | {a.klass or '-'} | {a.tier or '-'} | {ICONS[a.verdict]} |")
@@ -186,13 +185,14 @@ def render_markdown(run: AuditRun) -> str:
         out += ["", "### Findings", ""]
         for a, r in findings:
             what = "would patch" if r.patch else r.result
-            where, policy = markdown.code(a.ref.ident), markdown.code(r.policy)
+            where, policy = markdown_text.code(a.ref.ident), markdown_text.code(r.policy)
             message = r.message.removeprefix("would patch ") if r.patch else r.message
-            out.append(f"- {where} **{what}** {policy}: {markdown.text(message)}")
+            out.append(f"- {where} **{what}** {policy}: {markdown_text.text(message)}")
     if run.missing:
         out += [
             "",
-            "Not served by the API server (skipped): " + ", ".join(markdown.code(k) for k in run.missing),
+            "Not served by the API server (skipped): "
+            + ", ".join(markdown_text.code(k) for k in run.missing),
         ]
     if run.comparison is not None:
         c = run.comparison
@@ -201,8 +201,8 @@ def render_markdown(run: AuditRun) -> str:
             out.append(f"**{title}: {len(changes)}**")
             out.append("")
             for ch in changes:
-                pols = ", ".join(markdown.code(p) for p in ch.policies)
-                out.append(f"- {markdown.code(ch.ref.ident)}: {pols}")
+                pols = ", ".join(markdown_text.code(p) for p in ch.policies)
+                out.append(f"- {markdown_text.code(ch.ref.ident)}: {pols}")
             out.append("")
         out.append(f"{c.unchanged} unchanged.")
     return "\n".join(out).rstrip() + "\n"
@@ -227,44 +227,21 @@ def render_sarif(run: AuditRun) -> dict[str, Any]:
                 "locations": [
                     {
                         "logicalLocations": [
-                            {
-                                "name": f"{a.ref.namespace}/{a.ref.name}" if a.ref.namespace else a.ref.name,
-                                "fullyQualifiedName": f"{a.ref.api_version}/{a.ref.ident}",
-                                "kind": "resource",
-                            }
+                            sarif_log.resource(
+                                f"{a.ref.namespace}/{a.ref.name}" if a.ref.namespace else a.ref.name,
+                                f"{a.ref.api_version}/{a.ref.ident}",
+                            )
                         ]
                     }
                 ],
-                "partialFingerprints": {sarif.FINGERPRINT: _fingerprint(a, r.policy, r.message)},
+                "partialFingerprints": sarif_log.fingerprint(
+                    a.ref.api_version, a.ref.ident, r.policy, r.message
+                ),
                 "properties": {"uid": a.ref.uid, "mode": r.mode, "severity": r.severity},
             }
             if r.policy in index:
                 result["ruleIndex"] = index[r.policy]
             if r.exemption:
-                result["suppressions"] = [
-                    {"kind": "external", "status": "accepted", "justification": r.exemption}
-                ]
+                result["suppressions"] = [sarif_log.suppression(r.exemption)]
             results.append(result)
-    return {
-        "$schema": sarif.SCHEMA,
-        "version": "2.1.0",
-        "runs": [
-            {
-                "tool": {
-                    "driver": {
-                        "name": "trainguard",
-                        "version": __version__,
-                        "semanticVersion": __version__,
-                        "rules": [sarif.rule(p) for p in policies],
-                    }
-                },
-                "results": results,
-                "properties": {"scope": run.scope},
-            }
-        ],
-    }
-
-
-def _fingerprint(a: ObjectAudit, policy: str, message: str) -> str:
-    key = "\x00".join((a.ref.api_version, a.ref.ident, policy, message))
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    return sarif_log.log(policies, results, properties={"scope": run.scope})

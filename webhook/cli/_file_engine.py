@@ -45,7 +45,13 @@ def add_policy_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_engine_args(parser: argparse.ArgumentParser) -> None:
-    """The policy options, and what deciding manifest files adds to them."""
+    """The manifest files to decide, the policy options, and what deciding files adds to them."""
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="files, directories (searched for .yaml/.yml/.json), or - for stdin",
+    )
     add_policy_args(parser)
     parser.add_argument(
         "--namespace",

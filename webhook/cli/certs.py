@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from webhook import certs
+from webhook import certs, install_names
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,8 +24,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ),
     )
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (e.g. certs/)")
-    parser.add_argument("--service", default="trainguard", metavar="NAME", help="Service name")
-    parser.add_argument("--namespace", default="trainguard-system", metavar="NS", help="Service namespace")
+    parser.add_argument(
+        "--service", default=install_names.SERVICE, metavar="NAME", help="Service name (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--namespace",
+        default=install_names.NAMESPACE,
+        metavar="NS",
+        help="Service namespace (default: %(default)s)",
+    )
     parser.add_argument(
         "--host",
         action="append",

@@ -33,12 +33,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "one reported (file, document, line). Exit 0 when all are admitted, 1 when any is denied, "
         "2 when any input could not be read or decided, or on bad policies or config.",
     )
-    p.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="files, directories (searched for .yaml/.yml/.json), or - for stdin",
-    )
     add_engine_args(p)
     p.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
     p.add_argument(

@@ -26,12 +26,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "recovery, pool). Exit 0 when nothing fails the gate, 1 when something does (see --fail-on), "
         "2 on bad input, policies, config or exceptions.",
     )
-    p.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="files, directories (searched for .yaml/.yml/.json), or - for stdin",
-    )
     add_engine_args(p)
     p.add_argument("-o", "--output", choices=("markdown", "sarif", "junit", "json"), default="markdown")
     p.add_argument(

@@ -1,21 +1,24 @@
-"""`trainguard serve`: the admission webhook, a thin shell over `webhook.server.serve(Settings(...))`."""
+"""`trainguard serve`: the admission webhook, a thin shell over `webhook.serve.main.serve(Settings(...))`.
+
+Each flag is named for its Settings field (`--max-in-flight`: `max_in_flight`) and takes that
+field's default: a server default is written once, in webhook/serve/settings.py.
+"""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
+from typing import Any
 
-from webhook import stopsignal
 from webhook.cli._file_engine import add_policy_args
-from webhook.logs import LEVELS
-from webhook.settings import DEFAULT_INLINE_SLICE
+from webhook.serve import stopsignal
+from webhook.serve.logs import LEVELS
+from webhook.serve.settings import ServerError, Settings, default
 
-# Admissions per worker before it is replaced. Under 300,000 mixed reviews (one in a thousand of
-# 2.8 MiB) a worker's memory rose for its first 50,000-90,000 admissions before levelling off;
-# replaced every 40,000 the tree stayed within 6 % of its figure after the warm-up, with no failed
-# request (tests/bench/bench_memory.py, tests/bench/RESULTS.md).
-DEFAULT_RECYCLE_AFTER = 40_000
+# Admissions that may wait for a slot, per slot: a burst is absorbed, a flood gets 429 at once.
+_QUEUED_PER_SLOT = default("max_queued") // default("max_in_flight")
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,8 +42,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="mutual TLS: /validate and /mutate answer 401 unless the client presents a certificate "
         "signed by this CA (PEM; reloaded on change); probes and /metrics need none",
     )
-    p.add_argument("--host", default="0.0.0.0", help="address to listen on (default: 0.0.0.0)")
-    p.add_argument("--port", type=_port, default=8443, help="port to listen on (default: 8443)")
+    _setting(p, "--host", "address to listen on")
+    _setting(p, "--port", "port to listen on", type=_port)
     p.add_argument(
         "--metrics-port",
         type=_port,
@@ -80,12 +83,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="write --ca-bundle into the caBundle of the existing webhook configurations named "
         "trainguard, at start and when it changes; creates nothing (--self-register does more)",
     )
-    cluster.add_argument("--webhook-service", default="trainguard", metavar="NAME", help="our Service's name")
+    _setting(cluster, "--webhook-service", "our Service's name", metavar="NAME")
     cluster.add_argument(
         "--webhook-namespace",
-        default=os.environ.get("POD_NAMESPACE") or "trainguard-system",
+        default=os.environ.get("POD_NAMESPACE") or default("webhook_namespace"),
         metavar="NS",
-        help="our Service's namespace (default: $POD_NAMESPACE, else trainguard-system)",
+        help="our Service's namespace (default: %(default)s; in a pod, $POD_NAMESPACE)",
     )
     cluster.add_argument(
         "--webhook-url",
@@ -98,117 +101,124 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="keep policy reports of the workloads in the cluster (one replica writes, elected "
         "through the Lease trainguard-audit in --webhook-namespace)",
     )
-    cluster.add_argument(
+    _setting(
+        cluster,
         "--report-format",
-        choices=("wgpolicy", "openreports", "both"),
-        default="wgpolicy",
-        help="with --audit: wgpolicyk8s.io/v1alpha2 PolicyReports (default), openreports.io/v1alpha1 "
+        "with --audit: wgpolicyk8s.io/v1alpha2 PolicyReports (wgpolicy), openreports.io/v1alpha1 "
         "Reports, or both",
+        choices=("wgpolicy", "openreports", "both"),
     )
-    p.add_argument(
+    seconds = {"type": _positive_float, "metavar": "S"}
+    _setting(
+        p,
         "--reload-interval",
-        type=_positive_float,
-        default=2.0,
-        metavar="S",
-        help="seconds between checks of the policy, config and certificate files (default: 2)",
+        "seconds between checks of the policy, config and certificate files",
+        **seconds,
     )
-    p.add_argument(
+    _setting(
+        p,
         "--shutdown-delay",
+        "seconds to keep serving after SIGTERM, not ready, before draining",
         type=_non_negative_float,
-        default=5.0,
         metavar="S",
-        help="seconds to keep serving after SIGTERM, not ready, before draining (default: 5)",
     )
-    p.add_argument(
-        "--graceful-timeout",
-        type=_positive_float,
-        default=10.0,
-        metavar="S",
-        help="seconds in-flight requests get to finish once draining starts (default: 10)",
+    _setting(
+        p, "--graceful-timeout", "seconds in-flight requests get to finish once draining starts", **seconds
     )
-    p.add_argument(
+    _setting(
+        p,
         "--max-body-bytes",
+        "largest AdmissionReview accepted, in bytes; the default is the API server's own limit",
         type=_positive_int,
-        default=None,
         metavar="N",
-        help="largest AdmissionReview accepted, in bytes (default: 3145728, 3 MiB)",
     )
     limits = p.add_argument_group("isolation and limits (per worker process)")
     limits.add_argument(
         "--workers",
         type=_positive_int,
-        default=None,
+        default=default("workers"),
         metavar="N",
         help="worker processes sharing the port (default, and at most: the CPU limit, from cgroup "
         "cpu.max or the CPUs this process may use; more is capped with a warning)",
     )
-    limits.add_argument(
+    _setting(
+        limits,
         "--recycle-after",
-        type=_non_negative_int,
-        default=DEFAULT_RECYCLE_AFTER,
-        metavar="N",
-        help="replace a worker with a fresh process after N admissions, which bounds what the "
+        "replace a worker with a fresh process after N admissions, which bounds what the "
         "allocator's fragmentation can add: the replacement starts accepting first, the old one "
         "then answers its open connections asking clients to reconnect, and drains; no request "
-        f"fails and the pod stays ready (default: {DEFAULT_RECYCLE_AFTER}; 0: never)",
-    )
-    limits.add_argument(
-        "--max-in-flight",
-        type=_positive_int,
-        default=8,
+        "fails and the pod stays ready; 0: never",
+        type=_non_negative_int,
         metavar="N",
-        help="admissions read and decided at once per worker; up to 16x more wait up to 2 s, the rest "
-        "get 429 with Retry-After (default: 8)",
     )
-    limits.add_argument(
+    _setting(
+        limits,
+        "--max-in-flight",
+        f"admissions read and decided at once per worker; up to {_QUEUED_PER_SLOT}x more wait up to "
+        f"{default('queue_wait'):g} s, the rest get 429 with Retry-After",
+        type=_positive_int,
+        metavar="N",
+    )
+    _setting(
+        limits,
         "--request-budget",
-        type=_positive_float,
-        default=4.0,
-        metavar="S",
-        help="seconds an admission may take; set it below the webhook timeoutSeconds (default: 4, "
-        "80%% of 5). Policies not evaluated in time get their failurePolicy outcome",
+        "seconds an admission may take, below the webhook timeoutSeconds (5; the default is 80%% of "
+        "it); policies not evaluated in time get their failurePolicy outcome",
+        **seconds,
     )
-    limits.add_argument(
+    _setting(
+        limits,
         "--inline-slice",
+        "seconds an admission may run on the event loop before it moves to a deciding thread: the "
+        "longest a probe waits behind a decision; 0 decides every admission on a thread",
         type=_non_negative_float,
-        default=DEFAULT_INLINE_SLICE,
         metavar="S",
-        help="seconds an admission may run on the event loop before it moves to a deciding thread: "
-        "the longest a probe waits behind a decision; 0 decides every admission on a thread "
-        f"(default: {DEFAULT_INLINE_SLICE})",
     )
-    limits.add_argument(
+    _setting(
+        limits,
         "--header-timeout",
-        type=_positive_float,
-        default=10.0,
-        metavar="S",
-        help="seconds a connection has to send a request's headers, else 408 and close (default: 10)",
+        "seconds a connection has to send a request's headers, else 408 and close",
+        **seconds,
     )
-    limits.add_argument(
+    _setting(
+        limits,
         "--body-timeout",
-        type=_positive_float,
-        default=10.0,
-        metavar="S",
-        help="seconds a request has to send its body after its headers, else 408 and close (default: 10)",
+        "seconds a request has to send its body after its headers, else 408 and close",
+        **seconds,
     )
-    p.add_argument("--log-level", choices=LEVELS, default="info", help="default: info")
+    _setting(p, "--log-level", "what is logged", choices=LEVELS)
     p.set_defaults(run=run)
+
+
+def _setting(group: argparse._ActionsContainer, flag: str, text: str, **options: Any) -> None:
+    """A flag for the Settings field of its name, with that field's default, shown in --help."""
+    field = flag.removeprefix("--").replace("-", "_")
+    group.add_argument(flag, default=default(field), help=f"{text} (default: %(default)s)", **options)
 
 
 def run(args: argparse.Namespace) -> int:
     stopsignal.install()  # from here on a SIGTERM stops the server cleanly, whenever it comes
 
     # Imported here: `trainguard check --help` should not pay for uvicorn and the server.
-    from webhook.workers import default_workers, shared_metrics_dir
+    from webhook.serve.workers import default_workers, shared_metrics_dir
 
-    workers = args.workers or default_workers()
-    # Before webhook.server imports prometheus_client: with several workers, /metrics sums them all
+    # Before webhook.serve.main imports prometheus_client: with several workers, /metrics sums them all
     # (serve() caps --workers at the usable CPUs, and says so).
-    supervised = min(workers, default_workers()) > 1 or args.recycle_after > 0
+    supervised = min(args.workers or default_workers(), default_workers()) > 1 or args.recycle_after > 0
     metrics_dir = shared_metrics_dir() if supervised else None
 
-    from webhook.server import ServerError, Settings, serve
+    from webhook.serve.main import serve
 
+    try:
+        return serve(settings_from(args))
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The Settings the flags ask for: each flag's value in the field of its name."""
     missing = [
         flag for flag, value in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)) if not value
     ]
@@ -217,48 +227,17 @@ def run(args: argparse.Namespace) -> int:
             f"{' and '.join(missing)} required: the webhook serves TLS only "
             "(create a pair with `trainguard certs --out certs/`)"
         )
-    limits = {} if args.max_body_bytes is None else {"max_body_bytes": args.max_body_bytes}
-    settings = Settings(
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        client_ca=args.client_ca,
-        host=args.host,
-        port=args.port,
-        metrics_port=args.metrics_port,
-        policies=tuple(args.policies or ()),
-        exceptions=tuple(args.exceptions or ()),
-        config=args.config,
-        cel=None if args.cel in (None, "auto") else args.cel,
-        kubeconfig=args.kubeconfig,
-        in_cluster=args.in_cluster,
-        ca_bundle=args.ca_bundle,
-        self_register=args.self_register,
-        inject_ca_bundle=args.inject_ca_bundle,
-        webhook_service=args.webhook_service,
-        webhook_namespace=args.webhook_namespace,
-        webhook_url=args.webhook_url,
-        reload_interval=args.reload_interval,
-        shutdown_delay=args.shutdown_delay,
-        graceful_timeout=args.graceful_timeout,
-        log_level=args.log_level,
-        workers=workers,
-        max_in_flight=args.max_in_flight,
-        max_queued=16 * args.max_in_flight,
-        request_budget=args.request_budget,
-        inline_slice=args.inline_slice,
-        recycle_after=args.recycle_after,
-        header_timeout=args.header_timeout,
-        body_timeout=args.body_timeout,
-        audit=args.audit,
-        report_format=args.report_format,
-        **limits,
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(Settings) if hasattr(args, f.name)}
+    return Settings(
+        **{
+            **given,
+            # Options shared with check and audit, whose "none given" differs from the field's.
+            "policies": tuple(args.policies or ()),
+            "exceptions": tuple(args.exceptions or ()),
+            "cel": None if args.cel in (None, "auto") else args.cel,
+            "max_queued": _QUEUED_PER_SLOT * args.max_in_flight,
+        }
     )
-    try:
-        return serve(settings)
-    finally:
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
-            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
 
 
 def _number(text: str, kind: type[int] | type[float]) -> int | float:

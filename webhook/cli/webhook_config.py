@@ -10,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from webhook import certs, webhookconfig
+from webhook import certs, install_names, webhookconfig
 from webhook.certs import CA_CERT
 from webhook.config import load_config
 from webhook.webhookconfig import WebhookConfigError
@@ -31,25 +31,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ca.add_argument(
         "--certs", metavar="DIR", type=Path, help=f"directory written by `trainguard certs` ({CA_CERT})"
     )
-    parser.add_argument("--service", metavar="NAME", help="webhook Service name (default: trainguard)")
+    parser.add_argument(
+        "--service", metavar="NAME", help=f"webhook Service name (default: {install_names.SERVICE})"
+    )
     parser.add_argument(
         "--namespace",
-        default="trainguard-system",
+        default=install_names.NAMESPACE,
         metavar="NS",
         help="trainguard's namespace: the Service's, excluded from admission (default: %(default)s)",
     )
-    parser.add_argument("--port", type=int, metavar="PORT", help="Service port (default: 443)")
+    parser.add_argument(
+        "--port", type=int, metavar="PORT", help=f"Service port (default: {install_names.SERVICE_PORT})"
+    )
     parser.add_argument(
         "--url",
         metavar="URL",
         help="https://HOST:PORT of a webhook outside the cluster, instead of a Service",
     )
     parser.add_argument(
-        "--name", default="trainguard", help="name of both configurations (default: %(default)s)"
+        "--name",
+        default=install_names.CONFIGURATIONS,
+        help="name of both configurations (default: %(default)s)",
     )
     parser.add_argument(
         "--service-account",
-        default="trainguard",
+        default=install_names.SERVICE_ACCOUNT,
         metavar="NAME",
         help="trainguard's service account, whose requests are skipped (default: %(default)s)",
     )
@@ -86,9 +92,9 @@ def run(args: argparse.Namespace) -> int:
         raise WebhookConfigError("--url replaces --service and --port: give one or the other")
     objects = webhookconfig.render(
         ca_bundle=_read_ca(args),
-        service=args.service or "trainguard",
+        service=args.service or install_names.SERVICE,
         namespace=args.namespace,
-        port=args.port if args.port is not None else 443,
+        port=args.port if args.port is not None else install_names.SERVICE_PORT,
         url=args.url,
         name=args.name,
         service_account=args.service_account,

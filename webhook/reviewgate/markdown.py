@@ -11,6 +11,7 @@ from typing import Any
 
 import orjson
 
+from webhook.markdown_text import code, text
 from webhook.reviewgate.questions import Answer, Evidence, tier_source
 from webhook.reviewgate.report import FindingRecord, Report, WorkloadReview
 from webhook.workloads.model import Workload
@@ -18,7 +19,6 @@ from webhook.workloads.model import Workload
 DECISIONS = {"denied": "❌ denied", "warnings": "⚠️ admitted with warnings", "admitted": "✅ admitted"}
 VERDICTS = {"ok": "✅ ok", "needs attention": "⚠️ needs attention", "not applicable": "➖ not applicable"}
 LEVELS = {"deny": "❌ deny", "warn": "⚠️ warn", "audit": "📝 audit", "exempt": "🔕 exempt"}
-_ESCAPE = str.maketrans({c: "\\" + c for c in "\\`*_[]<>|"})
 
 
 def render(report: Report) -> str:
@@ -147,16 +147,3 @@ def _value(value: Any) -> str:
     if isinstance(value, str):
         return value
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-
-
-def code(s: str, *, cell: bool = False) -> str:
-    """An inline code span that survives backticks in `s` (and pipes, inside a table cell)."""
-    s = s.replace("\n", " ")
-    if cell:
-        s = s.replace("|", "\\|")
-    return f"`` {s} ``" if "`" in s else f"`{s}`"
-
-
-def text(s: str) -> str:
-    """Plain text safe in a table cell or list item: no stray emphasis, links, HTML or cell breaks."""
-    return s.translate(_ESCAPE).replace("\n", "<br>")

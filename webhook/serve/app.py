@@ -1,4 +1,4 @@
-"""The webhook's HTTP layer: an ASGI app over review.py and the engine, built by create_app().
+"""The webhook's HTTP layer: an ASGI app over admission_review.py and the engine, built by create_app().
 
 Errors are reported in two separate ways (as kopf and Kyverno do):
 
@@ -39,21 +39,21 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from webhook import logs, review, runtime_tuning
 from webhook.engine import Decision, Deferred, Engine, Finding
 from webhook.errors import InputError
-from webhook.isolation import BodyBudget, Busy, DecisionThreads, Slots
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
-from webhook.notes import Notes
-from webhook.settings import DEFAULT_INLINE_SLICE, DEFAULT_MAX_BODY_BYTES
+from webhook.serve import admission_review, logs, runtime_tuning
+from webhook.serve.isolation import BodyBudget, Busy, DecisionThreads, Slots
+from webhook.serve.readiness_notes import Notes
+from webhook.serve.settings import Settings, default
 
-DEFAULT_BUDGET_SECONDS = 4.0  # below the webhook configurations' timeoutSeconds (5)
 LARGE_BODY_BYTES = 256 * 1024  # a 30-env 8-GPU training Pod's review is about 12 KB
 # Bodies up to this size are decided on the event loop, within ServerState.inline_slice (larger
 # ones, and the rare small one that needs longer, on a deciding thread).
 INLINE_BODY_BYTES = 64 * 1024
 RECEIVING_BUDGET_BODIES = 4  # bodies of the largest size that may be on their way at once, per worker
+LARGE_BUDGET_BODIES = 2  # bodies of the largest size that may be decided at once, per worker
 RETRY_AFTER_SECONDS = 1
 _JSON = "application/json"
 _INTERNAL = "trainguard"  # the "policy" named by findings about the webhook itself
@@ -67,32 +67,48 @@ class ServerState:
     decoded review as arguments); `install()` is the only writer of `engine`.
     """
 
-    metrics: Metrics = field(default_factory=Metrics)
+    metrics: Metrics = field(default_factory=lambda: Metrics(sample_every=default("metrics_sample_every")))
     engine: Engine | None = None
     shutting_down: bool = False
     closing_connections: bool = False  # a retiring worker: every answer asks the client to reconnect
     admissions: int = 0  # admission calls answered by this worker (what recycling counts)
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    budget: float = DEFAULT_BUDGET_SECONDS
-    large_body_budget: int = 2 * DEFAULT_MAX_BODY_BYTES  # bytes of large bodies read or decided at once
+    max_body_bytes: int = default("max_body_bytes")
+    budget: float = default("request_budget")
     large_bytes_in_flight: int = 0
-    # Large bodies being received at once: a body withheld after its headers holds its bytes here
-    # (until its body timeout), never a slot.
-    bodies: BodyBudget = field(
-        default_factory=lambda: BodyBudget(RECEIVING_BUDGET_BODIES * DEFAULT_MAX_BODY_BYTES)
-    )
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
-    inline_slice: float = DEFAULT_INLINE_SLICE  # seconds an inline decision may take before deferring
+    inline_slice: float = default("inline_slice")  # seconds an inline decision may take before deferring
     # What a side task (the audit) cannot do, by task: /readyz says it without failing admission.
     notes: Notes = field(default_factory=Notes)
-    slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
-    threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(4))
+    slots: Slots = field(
+        default_factory=lambda: Slots(default("max_in_flight"), default("max_queued"), default("queue_wait"))
+    )
+    threads: DecisionThreads = field(default_factory=lambda: DecisionThreads(default("decision_threads")))
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger(logs.ADMISSION_LOGGER))
     policy_error_log: logs.RateLimited = field(
         default_factory=lambda: logs.RateLimited(logging.getLogger(logs.ADMISSION_LOGGER))
     )
+    # Large bodies being received at once: a body withheld after its headers holds its bytes here
+    # (until its body timeout), never a slot. Sized from max_body_bytes.
+    bodies: BodyBudget = field(init=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServerState:
+        return cls(
+            metrics=Metrics(sample_every=settings.metrics_sample_every),
+            max_body_bytes=settings.max_body_bytes,
+            budget=settings.request_budget,
+            inline_slice=settings.inline_slice,
+            slots=Slots(settings.max_in_flight, settings.max_queued, settings.queue_wait),
+            threads=DecisionThreads(settings.decision_threads),
+        )
+
+    @property
+    def large_body_budget(self) -> int:
+        """Bytes of large bodies read or decided at once."""
+        return LARGE_BUDGET_BODIES * self.max_body_bytes
 
     def __post_init__(self) -> None:
+        self.bodies = BodyBudget(RECEIVING_BUDGET_BODIES * self.max_body_bytes)
         self.metrics.set_in_flight(lambda: self.slots.busy, lambda: self.slots.waiting)
 
     @property
@@ -135,7 +151,7 @@ class _Rejected(Exception):
 class _Answer:
     """What the deciding thread hands back for one admission."""
 
-    parsed: review.ParsedReview
+    parsed: admission_review.ParsedReview
     decision: Decision
     error: Exception | None = None
     timings: dict[str, float] | None = None
@@ -270,8 +286,8 @@ async def _admit(
         if engine is None:
             return _reject(state, endpoint, _Rejected(503, "not-ready", "no policy set is loaded yet"), start)
         try:
-            raw = review.loads(body)  # on the loop: fast, and the uid lets a late answer be used
-        except review.ReviewError as exc:
+            raw = admission_review.loads(body)  # on the loop: fast, and the uid lets a late answer be used
+        except admission_review.ReviewError as exc:
             return _reject(state, endpoint, _Rejected(400, "malformed", exc.describe()), start)
         inline = len(body) <= state.inline_body_bytes and engine.steps_bounded
         timings: dict[str, float] | None = {} if state.metrics.sample() else None
@@ -296,10 +312,10 @@ async def _admit(
             # The engine stops between policies at the deadline; a single step that overruns it
             # (an object too large to adapt in time) is answered here, a little later.
             answer = await asyncio.wait_for(asyncio.shield(work), max(0.0, deadline - monotonic()) + 0.25)
-        except review.ReviewError as exc:
+        except admission_review.ReviewError as exc:
             return _reject(state, endpoint, _Rejected(400, "malformed", exc.describe()), start)
         except TimeoutError:
-            return _too_slow(state, endpoint, review.peek_uid(raw), start)
+            return _too_slow(state, endpoint, admission_review.peek_uid(raw), start)
         return _respond(state, endpoint, answer, start)
     finally:
 
@@ -374,11 +390,11 @@ def _decide(
     """Check the review decoded from `body` (ReviewError propagates), then decide; nothing else
     escapes but Deferred, which only a `yield_at` (an inline decision) raises."""
     try:
-        parsed = review.parse_review(raw, body, deadline=deadline, yield_at=yield_at)
-    except review.ReviewError:
+        parsed = admission_review.parse_review(raw, body, deadline=deadline, yield_at=yield_at)
+    except admission_review.ReviewError:
         raise
     except Exception as exc:  # MemoryError, or a bug in the checks: still a 400, never a 500
-        raise review.ReviewError(f"cannot read the AdmissionReview: {type(exc).__name__}") from None
+        raise admission_review.ReviewError(f"cannot read the AdmissionReview: {type(exc).__name__}") from None
     try:
         decision = engine.review(
             parsed.admission, mutate=endpoint.mutate, validate=endpoint.validate, timings=timings
@@ -395,11 +411,15 @@ def _decide(
 def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: float) -> Response:
     parsed, decision, error = answer.parsed, answer.decision, answer.error
     try:
-        content = orjson.dumps(review.build_response(parsed.uid, decision, mutating=endpoint.mutate))
+        content = orjson.dumps(
+            admission_review.build_response(parsed.uid, decision, mutating=endpoint.mutate)
+        )
     except Exception as exc:  # a value the encoder cannot write: answered, counted, never a 500
         error = exc
         decision = _error_decision(endpoint, exc)
-        content = orjson.dumps(review.build_response(parsed.uid, decision, mutating=endpoint.mutate))
+        content = orjson.dumps(
+            admission_review.build_response(parsed.uid, decision, mutating=endpoint.mutate)
+        )
     if error is not None:
         state.metrics.observe_engine_error(endpoint.name)
     _count_policy_errors(state, decision)
@@ -456,7 +476,9 @@ def _too_slow(state: ServerState, endpoint: _Endpoint, uid: str, start: float) -
         }
     else:
         response = {"uid": uid, "allowed": True, "warnings": [f"{_INTERNAL}: {message}: not mutated"]}
-    return _json(200, {"apiVersion": review.API_VERSION, "kind": "AdmissionReview", "response": response})
+    return _json(
+        200, {"apiVersion": admission_review.API_VERSION, "kind": "AdmissionReview", "response": response}
+    )
 
 
 def _body_headers(scope: Scope) -> tuple[str | None, str | None]:

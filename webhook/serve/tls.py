@@ -47,7 +47,7 @@ def checked_pair(cert_pem: bytes, key_pem: bytes) -> Path:
 def trust_clients(ctx: ssl.SSLContext, ca_pem: bytes) -> None:
     """Ask clients for a certificate and verify one that is presented against `ca_pem`.
 
-    CERT_OPTIONAL, not CERT_REQUIRED: the kubelet's probes present none (webhook/client_auth.py
+    CERT_OPTIONAL, not CERT_REQUIRED: the kubelet's probes present none (webhook/serve/client_auth.py
     refuses admissions without one). Certificates are added to the context's trust store, which
     cannot be emptied: a CA removed from the file stays trusted until the server restarts.
     """

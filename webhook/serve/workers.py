@@ -24,11 +24,12 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, NoReturn
 
-from webhook import stopsignal
-from webhook.settings import ServerError, Settings
+from webhook.serve import stopsignal
+from webhook.serve.settings import Settings
+from webhook.serve.sockets import bind
 
 if TYPE_CHECKING:
-    from webhook.server import WebhookServer
+    from webhook.serve.server import WebhookServer
 
 __all__ = ["default_workers", "run", "usable_workers"]
 
@@ -67,20 +68,6 @@ def usable_workers(requested: int, cgroup_root: str = "/sys/fs/cgroup") -> int:
         extra={"requested": requested, "cpus": cpus},
     )
     return cpus
-
-
-def bind(host: str, port: int, backlog: int = 2048) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError as exc:
-        sock.close()
-        raise ServerError(f"cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}") from None
-    sock.set_inheritable(True)
-    return sock
 
 
 def _stop_with_parent(parent: int) -> None:
@@ -149,7 +136,7 @@ def run(server: WebhookServer, settings: Settings) -> int:
     restarts: list[float] = []
     failed = False
     try:
-        for index in range(settings.workers):
+        for index in range(settings.workers or default_workers()):
             if stopping:
                 break  # a worker forked now would only be stopped again
             start(index)

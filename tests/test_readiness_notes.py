@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.notes import Notes
+from webhook.serve.readiness_notes import Notes
 
 
 @pytest.mark.parametrize("shared", [True, False], ids=["workers-sharing-a-directory", "one-process"])

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from webhook import certs, tls
-from webhook.app import ServerState
+from webhook import certs
 from webhook.config import PlatformConfig, load_config
 from webhook.engine import (
     ClusterFacts,
@@ -37,7 +36,9 @@ from webhook.engine import (
     policy_files,
 )
 from webhook.errors import ConfigError, PolicyError
-from webhook.settings import Settings
+from webhook.serve import tls
+from webhook.serve.app import ServerState
+from webhook.serve.settings import Settings
 
 __all__ = ["Reloader", "Runtimes", "read_file"]
 

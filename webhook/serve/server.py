@@ -1,26 +1,20 @@
-"""The webhook server: uvicorn's Config + Server lifecycle, worker processes, graceful shutdown.
+"""The webhook server: uvicorn's Config + Server, built once from Settings, with a two-step stop.
 
-    serve(settings)
-      build(settings)      policies + config loaded (a broken or empty set here is fatal: there
+    build(settings)        policies + config loaded (a broken or empty set here is fatal: there
                            is no last good one), uvicorn.Config(...).load() with the limited
-                           HTTP protocol (protocol.py), TLS hardened (tls.py)
-      workers == 1         WebhookServer.run() in this process
-      workers  > 1         the socket bound here, then `workers` forked processes serve it
-                           (workers.py); each has its own reloader, caches and deciding threads
+                           HTTP protocol (http_protocol.py), TLS hardened (tls.py)
       --metrics-port       /metrics on a second socket, bound in build() before any fork: every
                            worker accepts on it and answers with every worker's numbers
-      WebhookServer.serve  startup -> reload task (+ cluster hooks) -> main loop
+    WebhookServer.serve    startup -> reload task (+ cluster hooks) -> main loop
                            -> SIGTERM: not ready at once, keep serving `shutdown_delay` s, then drain
 
-The request path, by module: protocol (HTTP limits) -> app (routes, slots, budget) -> isolation
-(deciding threads) -> review (decode/encode) -> engine. Reloading is reload.py's.
+Whether it runs in this process or in forked workers is main.py's choice (workers.py forks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import functools
 import logging
 import signal
@@ -36,16 +30,16 @@ import uvicorn
 import uvloop
 from uvicorn.config import STARTUP_FAILURE
 
-from webhook import certs, client_auth, logs, runtime_tuning, stopsignal, tls, workers
-from webhook.app import RECEIVING_BUDGET_BODIES, ServerState, create_app, create_metrics_app
-from webhook.cluster_hooks import cluster_hooks
-from webhook.isolation import BodyBudget, DecisionThreads, Slots
-from webhook.metrics import Metrics
-from webhook.protocol import HttpLimits, limited_protocol
-from webhook.reload import Reloader
-from webhook.settings import ServerError, Settings
+from webhook import certs
+from webhook.serve import client_auth, stopsignal, tls
+from webhook.serve.app import ServerState, create_app, create_metrics_app
+from webhook.serve.cluster_hooks import cluster_hooks
+from webhook.serve.http_protocol import HttpLimits, limited_protocol
+from webhook.serve.reload import Reloader
+from webhook.serve.settings import ServerError, Settings
+from webhook.serve.sockets import bind
 
-__all__ = ["ServerError", "ServerState", "Settings", "WebhookServer", "build", "serve"]
+__all__ = ["WebhookServer", "build"]
 
 log = logging.getLogger("trainguard.server")
 
@@ -107,6 +101,18 @@ class WebhookServer(uvicorn.Server):
     def metrics_port(self) -> int | None:
         """The port /metrics is served on when it has a listener of its own (None otherwise)."""
         return None if self.metrics_listener is None else int(self.metrics_listener[1].getsockname()[1])
+
+    def run_here(self) -> int:
+        """Serve in this process until stopped: 0 on a clean stop, ServerError when it cannot listen."""
+        try:
+            self.run()
+        except SystemExit as exc:  # uvicorn exits when it cannot listen (it has logged why)
+            if exc.code == STARTUP_FAILURE:
+                raise ServerError(
+                    f"cannot listen on {self.config.host}:{self.config.port} (see the log above)"
+                ) from None
+            raise
+        return 0
 
     def request_shutdown(self) -> None:
         """What SIGTERM does; safe from any thread and from a signal handler (sets flags only)."""
@@ -232,26 +238,12 @@ def _new_loop(handshake_timeout: float) -> asyncio.AbstractEventLoop:
 def build(settings: Settings, *, state: ServerState | None = None) -> WebhookServer:
     """Everything but the event loop: loads policies (PolicyError/ConfigError), TLS (ServerError)."""
     _check(settings)
-    state = state or ServerState(
-        metrics=Metrics(sample_every=settings.metrics_sample_every),
-        max_body_bytes=settings.max_body_bytes,
-        budget=settings.request_budget,
-        inline_slice=settings.inline_slice,
-        large_body_budget=2 * settings.max_body_bytes,
-        bodies=BodyBudget(RECEIVING_BUDGET_BODIES * settings.max_body_bytes),
-        slots=Slots(settings.max_in_flight, settings.max_queued, settings.queue_wait),
-        threads=DecisionThreads(settings.decision_threads),
-    )
+    state = state or ServerState.from_settings(settings)
     reloader = Reloader(settings, state)
     # Credentials first: a bad kubeconfig should not wait for the policies to compile.
     hooks = cluster_hooks(settings, reloader) if settings.cluster else None
     reloader.load_initial()
-    limits = HttpLimits(
-        header_timeout=settings.header_timeout,
-        body_timeout=settings.body_timeout,
-        max_header_bytes=settings.max_header_bytes,
-        max_headers=settings.max_headers,
-    )
+    limits = HttpLimits.from_settings(settings)
     app = create_app(state, with_metrics=settings.metrics_port is None)
     protocol = limited_protocol(limits)
     if settings.client_ca is not None:
@@ -324,36 +316,10 @@ def _metrics_listener(
     # asks for a client certificate only optionally (tls.trust_clients): a scraper needs none.
     config.ssl = admission.ssl
     try:
-        sock = workers.bind(settings.host, settings.metrics_port, config.backlog)
+        sock = bind(settings.host, settings.metrics_port, config.backlog)
     except ServerError as exc:
         raise ServerError(f"--metrics-port {settings.metrics_port}: {exc}") from None
     return config, sock
-
-
-def serve(settings: Settings) -> int:
-    """Run the webhook until SIGTERM/SIGINT and a graceful drain; 0 on a clean stop."""
-    stopsignal.install()  # a stop while loading is answered once serving starts, not by dying
-    runtime_tuning.bound_allocator()  # before the first large allocation; the workers inherit it
-    logs.configure(settings.log_level)
-    settings = dataclasses.replace(settings, workers=workers.usable_workers(settings.workers))
-    server = build(settings)
-    # After everything is loaded, before the first request; before the fork, so that every worker
-    # inherits it and the frozen objects stay shared pages.
-    runtime_tuning.tune_for_latency()
-    if stopsignal.pending():
-        log.info("stopped before serving: asked to stop while starting")
-        return 0
-    if settings.workers > 1 or settings.recycle_after > 0:  # recycling needs a supervisor
-        return workers.run(server, settings)
-    try:
-        server.run()
-    except SystemExit as exc:  # uvicorn exits when it cannot listen (it has logged why)
-        if exc.code == STARTUP_FAILURE:
-            raise ServerError(
-                f"cannot listen on {settings.host}:{settings.port} (see the log above)"
-            ) from None
-        raise
-    return 0
 
 
 def _trust_clients(ctx: ssl.SSLContext, path: str) -> None:
@@ -401,7 +367,7 @@ def _check(settings: Settings) -> None:
     if settings.max_body_bytes < 1:
         raise ServerError(f"--max-body-bytes must be positive, got {settings.max_body_bytes}")
     for option, value in (
-        ("--workers", settings.workers),
+        ("--workers", 1 if settings.workers is None else settings.workers),
         ("--max-in-flight", settings.max_in_flight),
         ("--decision-threads", settings.decision_threads),
         ("--max-headers", settings.max_headers),

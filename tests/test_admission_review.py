@@ -10,7 +10,6 @@ import jsonpatch
 import orjson
 import pytest
 
-from webhook import review
 from webhook.config import load_config
 from webhook.engine import (
     Decision,
@@ -21,7 +20,8 @@ from webhook.engine import (
     default_policies_dir,
     load_policy_set,
 )
-from webhook.review import ReviewError, build_response, parse_request
+from webhook.serve import admission_review as codec
+from webhook.serve.admission_review import ReviewError, build_response, parse_request
 
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 CHECKPOINT = {
@@ -110,7 +110,7 @@ def engine() -> Engine:
     return build_engine(load_policy_set([default_policies_dir()]), load_config())
 
 
-def decide(engine: Engine, obj: Any, **request: Any) -> tuple[review.ParsedReview, Decision]:
+def decide(engine: Engine, obj: Any, **request: Any) -> tuple[codec.ParsedReview, Decision]:
     parsed = parse_request(encode(admission_review(obj, **request)))
     return parsed, engine.review(parsed.admission)
 
@@ -215,46 +215,50 @@ def _alternating(depth: int) -> bytes:
 
 
 DEPTHS = [
-    pytest.param(_lists(review.MAX_DEPTH), True, id="lists-at-the-limit"),
-    pytest.param(_lists(review.MAX_DEPTH + 1), False, id="lists-one-past-the-limit"),
-    pytest.param(_alternating(review.MAX_DEPTH), True, id="maps-and-lists-alternating-at-the-limit"),
-    pytest.param(_alternating(review.MAX_DEPTH + 1), False, id="maps-and-lists-alternating-one-past"),
-    pytest.param(_lists(review.MAX_DEPTH - 1, b"[]"), True, id="empty-list-innermost-at-the-limit"),
-    pytest.param(_lists(review.MAX_DEPTH, b"{}"), False, id="empty-map-innermost-one-past"),
+    pytest.param(_lists(codec.MAX_DEPTH), True, id="lists-at-the-limit"),
+    pytest.param(_lists(codec.MAX_DEPTH + 1), False, id="lists-one-past-the-limit"),
+    pytest.param(_alternating(codec.MAX_DEPTH), True, id="maps-and-lists-alternating-at-the-limit"),
+    pytest.param(_alternating(codec.MAX_DEPTH + 1), False, id="maps-and-lists-alternating-one-past"),
+    pytest.param(_lists(codec.MAX_DEPTH - 1, b"[]"), True, id="empty-list-innermost-at-the-limit"),
+    pytest.param(_lists(codec.MAX_DEPTH, b"{}"), False, id="empty-map-innermost-one-past"),
     pytest.param(b'{"a":"' + b"[" * 500 + b'"}', True, id="brackets-inside-a-string"),
     pytest.param(rb'{"a":"x\"[[[[\\","b":' + _lists(3) + b"}", True, id="escaped-quotes-in-a-string"),
     pytest.param(b"[" + b"[1]," * 5000 + b"[1]]", True, id="wide-and-shallow"),
     # A managedFields key holds braces (and escaped quotes) inside a string.
     pytest.param(
-        rb'{"k:{\"name\":\"x\"}":' + _lists(review.MAX_DEPTH - 1) + b"}",
+        rb'{"k:{\"name\":\"x\"}":' + _lists(codec.MAX_DEPTH - 1) + b"}",
         True,
         id="braces-in-a-key-at-the-limit",
     ),
     pytest.param(
-        rb'{"k:{\"name\":\"x\"}":' + _lists(review.MAX_DEPTH) + b"}", False, id="braces-in-a-key-one-past"
+        rb'{"k:{\"name\":\"x\"}":' + _lists(codec.MAX_DEPTH) + b"}",
+        False,
+        id="braces-in-a-key-one-past",
     ),
     pytest.param(
-        b'["a","' + b"]" * 200 + b'",' + _lists(review.MAX_DEPTH) + b"]",
+        b'["a","' + b"]" * 200 + b'",' + _lists(codec.MAX_DEPTH) + b"]",
         False,
         id="closing-brackets-in-a-string",
     ),
-    # More brackets than the rounds take (review._ROUNDS_UP_TO): depth summed in one pass.
+    # More brackets than the rounds take (codec._ROUNDS_UP_TO): depth summed in one pass.
     pytest.param(
-        b"[" + b"[1]," * 5000 + _lists(review.MAX_DEPTH - 1) + b"]",
+        b"[" + b"[1]," * 5000 + _lists(codec.MAX_DEPTH - 1) + b"]",
         True,
         id="wide-with-a-branch-at-the-limit",
     ),
     pytest.param(
-        b"[" + b"[1]," * 5000 + _lists(review.MAX_DEPTH) + b"]", False, id="wide-with-a-branch-one-past"
+        b"[" + b"[1]," * 5000 + _lists(codec.MAX_DEPTH) + b"]",
+        False,
+        id="wide-with-a-branch-one-past",
     ),
     # The depth carried from one chunk of brackets into the next.
     pytest.param(
-        b"[" * 50 + b"[1]," * 40_000 + _lists(review.MAX_DEPTH - 50) + b"]" * 50,
+        b"[" * 50 + b"[1]," * 40_000 + _lists(codec.MAX_DEPTH - 50) + b"]" * 50,
         True,
         id="deep-after-two-chunks-at-the-limit",
     ),
     pytest.param(
-        b"[" * 50 + b"[1]," * 40_000 + _lists(review.MAX_DEPTH - 49) + b"]" * 50,
+        b"[" * 50 + b"[1]," * 40_000 + _lists(codec.MAX_DEPTH - 49) + b"]" * 50,
         False,
         id="deep-after-two-chunks-one-past",
     ),
@@ -265,20 +269,20 @@ DEPTHS = [
 def test_nesting_is_bounded_on_the_text(body: bytes, accepted: bool) -> None:
     """Every container counts, empty ones too, and no bracket inside a string does."""
     if accepted:
-        review._check_text_depth(body)
+        codec._check_text_depth(body)
     else:
         with pytest.raises(ReviewError) as caught:
-            review._check_text_depth(body)
+            codec._check_text_depth(body)
         assert "nested deeper than 100 levels" in caught.value.describe()
 
 
 def test_nesting_is_read_across_chunks_of_the_text() -> None:
     """A body longer than a chunk, its cuts falling inside strings that hold brackets."""
     filler = b'"' + b"[" * 1000 + b'",'
-    count = 3 * review._TEXT_CHUNK // len(filler)
-    review._check_text_depth(b"[" + filler * count + b"1]")
+    count = 3 * codec._TEXT_CHUNK // len(filler)
+    codec._check_text_depth(b"[" + filler * count + b"1]")
     with pytest.raises(ReviewError):
-        review._check_text_depth(b"[" + filler * count + _lists(review.MAX_DEPTH) + b"]")
+        codec._check_text_depth(b"[" + filler * count + _lists(codec.MAX_DEPTH) + b"]")
 
 
 # -- build_response -------------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from typing import Any
 from webhook.config import PlatformConfig
 from webhook.engine import PolicyException
 from webhook.kinds import KINDS
-from webhook.reload import Reloader, Runtimes, read_file
-from webhook.settings import Settings
+from webhook.serve.reload import Reloader, Runtimes, read_file
+from webhook.serve.settings import Settings
 
 __all__ = ["cluster_hooks"]
 

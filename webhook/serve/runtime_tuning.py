@@ -1,7 +1,7 @@
 """Interpreter settings for a server on the API server's critical path: short, predictable pauses.
 
 Called once, after the policies, the config and every module the server needs are loaded, and
-before the first request (`serve()` in server.py). What it changes, and why:
+before the first request (`serve()` in main.py). What it changes, and why:
 
 - Garbage collection. A loaded server holds a few hundred thousand long-lived objects (compiled
   policies and CEL programs, the kubernetes client's models, starlette, uvicorn). CPython's oldest

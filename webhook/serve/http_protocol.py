@@ -32,6 +32,8 @@ from typing import Any, ClassVar
 
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol, RequestResponseCycle
 
+from webhook.serve.settings import Settings, default
+
 __all__ = ["LINGER_SECONDS", "HttpLimits", "limited_protocol"]
 
 LINGER_SECONDS = 1.0
@@ -39,10 +41,16 @@ LINGER_SECONDS = 1.0
 
 @dataclass(frozen=True, slots=True)
 class HttpLimits:
-    header_timeout: float = 10.0
-    body_timeout: float = 10.0
-    max_header_bytes: int = 64 * 1024
-    max_headers: int = 100
+    header_timeout: float = default("header_timeout")
+    body_timeout: float = default("body_timeout")
+    max_header_bytes: int = default("max_header_bytes")
+    max_headers: int = default("max_headers")
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> HttpLimits:
+        return cls(
+            settings.header_timeout, settings.body_timeout, settings.max_header_bytes, settings.max_headers
+        )
 
 
 class _HeaderLimit(Exception):
