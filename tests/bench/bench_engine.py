@@ -3,7 +3,7 @@ object size, on both CEL runtimes.
 
 Times are medians of batches, in milliseconds per admission; each is measured twice, as wall-clock
 time and as the CPU time of the measuring thread (which other processes on a shared machine
-disturb much less). "full" is Engine.review(mutate=True, validate=True), what `trainguard check`
+disturb much less). "full" is Engine.decide(mutate=True, validate=True), what `trainguard check`
 does; "validate" is review(mutate=False), what the webhook's /validate endpoint does; "mutate"
 is review(validate=False), its /mutate endpoint.
 
@@ -54,7 +54,7 @@ def _review(engine: Any, obj: dict[str, Any], namespace: str, **kw: Any) -> Call
     from webhook.engine import AdmissionInput
 
     inp = AdmissionInput(object=obj, namespace=namespace)
-    return lambda: engine.review(inp, **kw)
+    return lambda: engine.decide(inp, **kw)
 
 
 # -- synthetic inputs -----------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Engine.review(): adapt -> match -> mutate -> re-adapt -> validate -> decide.
+"""Engine.decide(): adapt -> match -> mutate -> re-adapt -> validate -> decide.
 
-review() reads as that sequence; the rest of the module is how one phase is evaluated: all of its
+decide() reads as that sequence; the rest of the module is how one phase is evaluated: all of its
 policies by the phase's joined program where it can (_together), else each policy on its own
 (_run), with the skips remembered by what decides them (_skipped) and only the values the
 policies read handed to CEL (_Reads). The webhook, the CLI and the review gate all call this;
@@ -53,7 +53,7 @@ class AdmissionInput:
     # A time.monotonic() instant. Policies not yet evaluated when it passes take their
     # failurePolicy outcome, so a slow policy cannot hold the API server past its webhook timeout.
     deadline: float | None = None
-    # A time.monotonic() instant past which the caller would rather decide elsewhere: review()
+    # A time.monotonic() instant past which the caller would rather decide elsewhere: decide()
     # raises Deferred when it passes (checked between steps), or when reading the launch lines
     # takes more than INLINE_LAUNCH_STEPS. What it returns before that is the same decision.
     yield_at: float | None = None
@@ -62,7 +62,7 @@ class AdmissionInput:
 BUDGET_EXCEEDED = "time budget exceeded"
 # Kinds of request whose skipped policies an Engine remembers (a few dozen are seen in practice)
 _SKIPS_KEPT = 256
-# Launch-line steps a yielding review (AdmissionInput.yield_at) reads before Deferred: about 13 ms
+# Launch-line steps a yielding decision (AdmissionInput.yield_at) reads before Deferred: about 13 ms
 # at the slowest rate measured (torchrun.limits), far above what real workloads take (thousands).
 INLINE_LAUNCH_STEPS = 16_384
 
@@ -117,11 +117,11 @@ class Engine:
 
     @property
     def steps_bounded(self) -> bool:
-        """Whether every step of a review is bounded, so that one with a `yield_at` gives way
+        """Whether every step of a decision is bounded, so that one with a `yield_at` gives way
         promptly: launch lines are metered, and the CEL runtime bounds each evaluation."""
         return self.policies.backend.bounded
 
-    def review(
+    def decide(
         self,
         inp: AdmissionInput,
         *,

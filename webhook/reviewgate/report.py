@@ -127,7 +127,7 @@ def build_report(
 
 def _decide(engine: Engine, doc: Document, namespace: str, now: datetime) -> Decision:
     try:
-        return engine.review(AdmissionInput(object=doc.data, namespace=namespace), now=now)
+        return engine.decide(AdmissionInput(object=doc.data, namespace=namespace), now=now)
     except InputError as exc:
         if exc.source is not None:
             raise
