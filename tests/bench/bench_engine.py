@@ -184,7 +184,7 @@ def cel_share(obj: dict[str, Any]) -> dict[str, float]:
     """How the 11.6 KB Pod's validate-only admission splits: adapters, view, CEL (CPU ms)."""
     import webhook.engine.pipeline as pl
     from webhook.engine import cel as celmod
-    from webhook.workloads import model
+    from webhook.workloads import Workload
 
     engine = engine_for(CPP)
     spent: dict[str, float] = {"adapters": 0.0, "view": 0.0, "cel": 0.0}
@@ -204,7 +204,7 @@ def cel_share(obj: dict[str, Any]) -> dict[str, float]:
         setattr(owner, name, timed)
 
     wrap(pl, "build_workload", "adapters")
-    wrap(model.Workload, "view", "view")
+    wrap(Workload, "view", "view")
     wrap(celmod._CppProgram, "evaluate", "cel")
     try:
         fn = _review(engine, obj, "ml-research", mutate=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from webhook.config import PlatformConfig, load_config
 from webhook.context import context_objects
 from webhook.documents import read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
+from webhook.engine.joined import Joined
 from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.workloads import Deferred
 
@@ -267,23 +269,52 @@ def test_corpus_manifest_is_decided_and_mutations_are_idempotent(
                 assert not [x for x in again.results if x.policy == r.policy and x.patch]
 
 
+def generic_only(policy_set: PolicySet) -> PolicySet:
+    """The same policies with no phase program: every policy takes the generic path."""
+    return dataclasses.replace(
+        policy_set,
+        mutating_joined=Joined(None, ("generic-only",) * len(policy_set.mutating)),
+        validating_joined=Joined(None, ("generic-only",) * len(policy_set.validating)),
+    )
+
+
 @pytest.mark.skipif(not corpus_files(), reason="the shared corpus is not beside this checkout")
-def test_both_cel_backends_decide_the_corpus_identically(config: PlatformConfig) -> None:
-    engines = [load_policy_set([Path(__file__).resolve().parents[2] / "policies"], b) for b in BACKENDS]
+def test_every_way_of_evaluating_decides_the_corpus_identically(config: PlatformConfig) -> None:
+    # The C++ runtime's phase programs, the same runtime expression by expression (the generic
+    # path), and cel-python (always generic): every policy's result, the patch and the messages.
+    policies = Path(__file__).resolve().parents[2] / "policies"
+    joined = load_policy_set([policies], "cel-expr-python")
+    assert joined.validating_joined.program is not None and joined.mutating_joined.program is not None
+    sets = {
+        "joined": joined,
+        "generic": generic_only(joined),
+        "cel-python": load_policy_set([policies], "cel-python"),
+    }
     for path in corpus_files():
         docs = read_manifests([str(path)])
         runtimes, priority_classes = context_objects(d.data for d in docs)
+        engines = {
+            name: Engine(ps, config, runtimes=runtimes, priority_classes=priority_classes)
+            for name, ps in sets.items()
+        }
         for doc in docs:
             inp = AdmissionInput(object=doc.data, namespace="default")
-            a, b = (
-                Engine(ps, config, runtimes=runtimes, priority_classes=priority_classes).decide(inp)
-                for ps in engines
-            )
-            assert (a.allowed, a.patch, [(f.policy, f.message) for f in a.violations + a.warnings]) == (
-                b.allowed,
-                b.patch,
-                [(f.policy, f.message) for f in b.violations + b.warnings],
+            fast, generic, slow = (engine.decide(inp) for engine in engines.values())
+            assert (fast.results, fast.patch) == (generic.results, generic.patch), doc.source
+            assert (
+                fast.allowed,
+                fast.patch,
+                [(f.policy, f.message) for f in fast.violations + fast.warnings],
+            ) == (
+                slow.allowed,
+                slow.patch,
+                [(f.policy, f.message) for f in slow.violations + slow.warnings],
             ), doc.source
+        assert engines["joined"].fallbacks.counts() == {}, path
+        assert set(engines["generic"].fallbacks.counts()) <= {
+            ("mutating", "generic-only"),
+            ("validating", "generic-only"),
+        }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -406,7 +437,7 @@ def test_policies_evaluated_together_decide_as_one_by_one(
         load_policy_set([_policies(tmp_path, rules, mutations=mutations)], backend), load_config()
     )
     # the C++ runtime's phases each have one program here (cel-python evaluates one by one)
-    assert (engine.policies.validating_program is not None) is (backend == "cel-expr-python")
+    assert (engine.policies.validating_joined.program is not None) is (backend == "cel-expr-python")
     together = engine.decide(AdmissionInput(object=NO_GANG_JOB))
     timings: dict[str, float] = {}
     alone = engine.decide(AdmissionInput(object=NO_GANG_JOB), timings=timings)

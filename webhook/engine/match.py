@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 from webhook.engine.model import Match
-from webhook.workloads.model import Workload
+from webhook.workloads import Workload
 
 
 def skip_reason(m: Match, w: Workload, operation: str, namespace: str | None) -> str | None:

@@ -26,7 +26,7 @@ from webhook.engine import (
 )
 from webhook.errors import InputError
 from webhook.reviewgate.questions import Answer, Facts, answer_all
-from webhook.workloads.model import Workload
+from webhook.workloads import Workload
 
 Level = Literal["deny", "warn", "audit", "exempt"]
 
