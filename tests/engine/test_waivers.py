@@ -18,8 +18,7 @@ from webhook.engine.load import default_policies_dir
 from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.engine.waivers import PolicyException, load_exceptions, parse_exception
 from webhook.errors import PolicyError
-from webhook.workloads import AdaptContext, build_workload
-from webhook.workloads.model import Workload
+from webhook.workloads import AdaptContext, Workload, build_workload
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "deploy/crds/trainguard.dev_policyexceptions.yaml"
