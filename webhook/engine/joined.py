@@ -6,20 +6,17 @@ that apply, and one evaluation gives each its value. What cannot be written so i
 per policy (Joined.refusals): the backend has no such programs (cel-python), a variable's name
 cel.bind cannot bind, or an item the runtime's parser refuses (too deeply nested). Those policies
 take the generic path (evaluate.py), as every policy does when the program fails: the phase
-(phase.py) decides that, and counts it.
-
-Reading an item's value (validation_result, mutation_values) refuses a value of any other shape
-(None): the generic path then decides that policy.
+(phase.py) evaluates the program, reads each item's value, decides any fallback and counts it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from webhook.engine.cel import Backend, CelCompileError, Program
-from webhook.engine.model import Expression, Policy, PolicyResult
+from webhook.engine.model import Expression, Policy
 
 if TYPE_CHECKING:  # compile.py builds the phases' programs with join()
     from webhook.engine.compile import CompiledPolicy
@@ -76,7 +73,7 @@ def join(backend: Backend, policies: Sequence[CompiledPolicy], *, mutating: bool
 
 
 def _optional(expression: Expression | None) -> str:
-    # "" where there is no expression: read as its absence (validation_result), and, unlike null,
+    # "" where there is no expression: read as its absence (phase._validation_result), and, unlike null,
     # no reference to None that the C++ runtime's results would have to restore
     return f"(\n{expression.source}\n)" if expression is not None else '""'
 
@@ -98,34 +95,3 @@ def _validations_body(policy: Policy) -> str:
 def _mutations_body(policy: Policy) -> str:
     """One value per mutation: its edits."""
     return "[" + ", ".join(f"(\n{m.patch_expression.source}\n)" for m in policy.mutations) + "]"
-
-
-def values_of(result: Any, count: int) -> list[Any] | None:
-    """An item's values: [] when a condition is false, else one value per validation or mutation
-    (`count` of them, at least one: a policy without any would be its conditions' [] too); None
-    for a value of any other shape."""
-    if type(result) is not list or (result and len(result) != count) or not count:
-        return None
-    return result
-
-
-def validation_result(cp: CompiledPolicy, verdicts: list[Any]) -> PolicyResult | None:
-    """The PolicyResult of a validating policy's values (values_of): what the generic path
-    concludes from the same values; None for a verdict of another shape."""
-    if not verdicts:
-        return cp.unmet
-    if not any(verdicts):  # every check holds
-        return cp.passed
-    messages: list[str] = []
-    fields: list[str] = []
-    reasons: list[str] = []
-    for v, verdict in zip(cp.validations, verdicts, strict=True):
-        if not verdict:
-            continue
-        if type(verdict) is not list or len(verdict) != 2:
-            return None
-        message, field = verdict
-        messages.append(v.message_for(message))
-        fields.append(v.field_for(field) or "")
-        reasons.append(v.reason)
-    return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields), reasons=tuple(reasons))

@@ -22,7 +22,7 @@ from datetime import datetime
 from time import monotonic, perf_counter
 from typing import Any, Protocol
 
-from webhook.engine import evaluate, joined, match
+from webhook.engine import evaluate, match
 from webhook.engine.bindings import Bindings
 from webhook.engine.cel import SELECTED, CelEvalError
 from webhook.engine.compile import CompiledPolicy
@@ -254,9 +254,9 @@ class Phase:
 
     def _from_value(self, cp: CompiledPolicy, value: Any, patcher: Patcher | None) -> PolicyResult | None:
         if patcher is None:
-            verdicts = joined.values_of(value, len(cp.validations))
-            return None if verdicts is None else joined.validation_result(cp, verdicts)
-        edits = joined.values_of(value, len(cp.mutations))
+            verdicts = _values_of(value, len(cp.validations))
+            return None if verdicts is None else _validation_result(cp, verdicts)
+        edits = _values_of(value, len(cp.mutations))
         if edits is None:
             return None
         return evaluate.apply_edits(cp, edits, patcher) if edits else cp.unmet
@@ -265,3 +265,34 @@ class Phase:
 def _yield_if_due(yield_at: float | None) -> None:
     if yield_at is not None and monotonic() >= yield_at:
         raise Deferred("the time allowed to decide here ran out")
+
+
+def _values_of(result: Any, count: int) -> list[Any] | None:
+    """An item's values: [] when a condition is false, else one value per validation or mutation
+    (`count` of them, at least one: a policy without any would be its conditions' [] too); None
+    for a value of any other shape."""
+    if type(result) is not list or (result and len(result) != count) or not count:
+        return None
+    return result
+
+
+def _validation_result(cp: CompiledPolicy, verdicts: list[Any]) -> PolicyResult | None:
+    """The PolicyResult of a validating policy's values (_values_of): what the generic path
+    concludes from the same values; None for a verdict of another shape."""
+    if not verdicts:
+        return cp.unmet
+    if not any(verdicts):  # every check holds
+        return cp.passed
+    messages: list[str] = []
+    fields: list[str] = []
+    reasons: list[str] = []
+    for v, verdict in zip(cp.validations, verdicts, strict=True):
+        if not verdict:
+            continue
+        if type(verdict) is not list or len(verdict) != 2:
+            return None
+        message, field = verdict
+        messages.append(v.message_for(message))
+        fields.append(v.field_for(field) or "")
+        reasons.append(v.reason)
+    return PolicyResult(cp.name, "fail", tuple(messages), tuple(fields), reasons=tuple(reasons))
