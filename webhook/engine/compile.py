@@ -1,4 +1,5 @@
-"""Policy -> CompiledPolicy: every CEL expression compiled once, at load time.
+"""Policy -> CompiledPolicy: every CEL expression compiled once, at load time, and each phase's
+policies written as one program where the runtime can (joined.py).
 
 A policy set either compiles whole or not at all: a compile error names the file, the policy and
 the expression's position, and the caller keeps serving its last good set.
@@ -71,7 +72,7 @@ class PolicySet:
     digest: str
     backend: Backend
     sources: tuple[str, ...] = ()
-    # What the engine derives from the policies alone (pipeline.py: the paths each phase reads and
+    # What the engine derives from the policies alone (bindings.py: the paths each phase reads and
     # the view builders made from them), made on first use and kept for the set's life: the
     # webhook builds a new Engine on every cluster change, the set only when its files change.
     derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
