@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import BACKENDS
 from webhook.config import load_config
 from webhook.engine.compile import PolicySet, load_policy_set
-from webhook.engine.joined import DOES_NOT_COMPILE, NO_JOINING_RUNTIME, Joined
+from webhook.engine.joined import DOES_NOT_COMPILE, NO_JOINING_RUNTIME, VARIABLE_NAME, Joined
 from webhook.engine.model import Decision
 from webhook.engine.phase import EVALUATION_FAILED
 from webhook.engine.pipeline import AdmissionInput, Engine
@@ -174,6 +174,10 @@ _VARIABLE_AFTER = (
     "  variables:\n    - name: n\n      expression: object.spec.n\n"
     "  validations:\n    - expression: variables.n == 3\n      message: m\n"
 )
+_NOT_AN_IDENTIFIER = (
+    "  variables:\n    - name: my-n\n      expression: object.spec.n\n"
+    "  validations:\n    - expression: object.spec.n == 3\n      message: m\n"
+)
 _LABEL = (
     "  mutations:\n    - name: label\n"
     '      patchExpression: \'[{"op": "set", "path": "/metadata/labels/b", "value": "2"}]\'\n'
@@ -211,6 +215,13 @@ _LABEL = (
             {("validating", DOES_NOT_COMPILE): 1},
             {"p0": "pass", "p1": "fail", "p2": "pass"},
             id="too-deep-to-join-falls-back-alone",
+        ),
+        pytest.param(
+            "cel-expr-python",
+            (_NOT_AN_IDENTIFIER, _LABEL),
+            {("validating", VARIABLE_NAME): 1},
+            {"p0": "pass", "p1": "pass"},
+            id="variable-name-the-program-cannot-bind-falls-back-alone",
         ),
         pytest.param(
             "cel-python",
@@ -265,3 +276,28 @@ def test_both_paths_skip_the_same_policies(
         decision = Engine(ps, load_config()).decide(AdmissionInput(object=obj))
         assert [r.outcome for r in decision.results] == [outcome, outcome]
         assert bool(decision.patch) is (outcome == "pass")
+
+
+@pytest.mark.parametrize(
+    ("specs", "fallbacks"),
+    [
+        pytest.param((_PASSES, _EXISTS_ONLY, _LABEL), {}, id="all-served"),
+        pytest.param(
+            (_PASSES, _FAILS_TO_EVALUATE, _LABEL),
+            {("validating", EVALUATION_FAILED): 1},
+            id="only-the-failing-policy-falls-back",
+        ),
+    ],
+)
+def test_timed_policies_are_evaluated_one_by_one_and_decide_alike(
+    tmp_path: Path, specs: tuple[str, ...], fallbacks: dict[tuple[str, str], int]
+) -> None:
+    # A request whose policy times are wanted (the webhook samples some) evaluates each policy in
+    # an evaluation of its own: a failing one falls back alone, the others keep the program.
+    policy_set = load_policy_set([_policies(tmp_path, *specs)], "cel-expr-python")
+    engine = Engine(policy_set, load_config())
+    timings: dict[str, float] = {}
+    timed = engine.decide(AdmissionInput(object=JOB), timings=timings)
+    assert engine.fallbacks.counts() == fallbacks
+    assert sorted(timings) == [f"p{i}" for i in range(len(specs))]
+    assert _seen(timed) == _seen(Engine(policy_set, load_config()).decide(AdmissionInput(object=JOB)))
