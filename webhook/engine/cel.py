@@ -20,6 +20,7 @@ VARIABLES = ("object", "oldObject", "request", "workload", "oldWorkload", "param
 # of them the request selects. Policies cannot name it: their sources compile without it first.
 SELECTED = "selected"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAMES_VARIABLES = re.compile(r"\bvariables\b")
 
 
 class CelCompileError(Exception):
@@ -201,12 +202,13 @@ class CppBackend:
         `variables` with an activation per variable, the conversion again each time. The item
         is `c1 ? (c2 ? … : []) : []` over the matchConditions (in order, each evaluated only when
         the ones before it held, and an error where a condition is not a bool), then `body` with
-        `variables` bound to one map per variable, in order, each holding the ones before it
-        (each value dyn(), so that `variables` type-checks as the dynamic map it is on the generic
-        path): `[{"a": dyn(A)}].map(variables, {"a": variables.a, "b": dyn(B)}).map(variables,
-        body)[0]`. Every map's values are evaluated before the body, so that a variable that
-        fails makes the whole item fail, as it does on the generic path; conditions stay outside
-        the binding: they do not see the variables there either.
+        `variables` bound along a chain of maps, each holding the ones before it (each value
+        dyn(), so that `variables` type-checks as the dynamic map it is on the generic path):
+        `[{"a": dyn(A)}].map(variables, {"a": variables.a, "b": dyn(B)}).map(variables,
+        body)[0]` where B names `variables`, `[{"a": dyn(A), "b": dyn(B)}].map(variables,
+        body)[0]` where it does not. Every map's values are evaluated before the body, so that a
+        variable that fails makes the whole item fail, as it does on the generic path;
+        conditions stay outside the binding: they do not see the variables there either.
 
         Not cel.bind: the runtime (cel-expr-python 0.1) evaluates a bind's value lazily, when the
         name is first read, and takes the slot of a comprehension that stopped early
@@ -219,14 +221,19 @@ class CppBackend:
             return None
         source = body
         if variables:
-            maps = []
+            steps: list[list[str]] = []  # the entries of each map along the chain
             for i, (name, expression) in enumerate(variables):
-                earlier = "".join(f'"{n}": variables.{n}, ' for n, _ in variables[:i])
-                maps.append(f'{{{earlier}"{name}": dyn(\n{expression}\n)}}')
-            # each map in a step of its own along one chain: nesting them would take a level of
-            # the parser's 32 per variable
-            steps = "".join(f".map(variables, {m})" for m in maps[1:])
-            source = f"[{maps[0]}]{steps}.map(variables, {body})[0]"
+                # A variable whose source names `variables` (or only seems to) may read the ones
+                # before it: it starts a map of its own, which holds them all. The others join
+                # the current map: fewer steps, each a comprehension and a copy of the earlier.
+                if not steps or _NAMES_VARIABLES.search(expression):
+                    steps.append([f'"{n}": variables.{n}' for n, _ in variables[:i]])
+                steps[-1].append(f'"{name}": dyn(\n{expression}\n)')
+            maps = ["{" + ", ".join(entries) + "}" for entries in steps]
+            # each map a step of its own along one chain: nesting them would take a level of
+            # the parser's 32 per step
+            chain = "".join(f".map(variables, {m})" for m in maps[1:])
+            source = f"[{maps[0]}]{chain}.map(variables, {body})[0]"
         for condition in reversed(conditions):
             source = f"(\n{condition}\n) ? ({source}) : []"
         return source

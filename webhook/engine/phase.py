@@ -114,8 +114,9 @@ class Phase:
         when given, receives each applicable policy's evaluation seconds."""
         _yield_if_due(yield_at)
         skips, selected = self._applicability(workload, operation, namespace)
-        values: Sequence[Any] = ()
-        failed = past = deadline is not None and monotonic() >= deadline
+        values: Sequence[Any] = ()  # the program's value of each policy, where it was evaluated
+        failed = False
+        past = deadline is not None and monotonic() >= deadline
         if not past and self._program is not None and any(selected):
             if timings is None:
                 values, failed = self._together(bindings, selected)
