@@ -135,8 +135,8 @@ def compile_policies(
         digest,
         backend,
         sources,
-        mutating_joined=join(backend, [p for p in compiled if p.policy.mutating], mutating=True),
-        validating_joined=join(backend, [p for p in compiled if not p.policy.mutating], mutating=False),
+        mutating_joined=join(backend, [p for p in policies if p.mutating], mutating=True),
+        validating_joined=join(backend, [p for p in policies if not p.mutating], mutating=False),
     )
 
 

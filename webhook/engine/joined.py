@@ -19,7 +19,7 @@ from webhook.engine.cel import Backend, CelCompileError, Program
 from webhook.engine.model import Expression, Policy
 
 if TYPE_CHECKING:  # compile.py builds the phases' programs with join()
-    from webhook.engine.compile import CompiledPolicy
+    pass
 
 # Refusals (Joined.refusals): short, fixed words, so that a metric label can carry them
 NO_JOINING_RUNTIME = "runtime-cannot-join"
@@ -38,8 +38,9 @@ class Joined:
     details: tuple[str | None, ...] = ()
 
 
-def join(backend: Backend, policies: Sequence[CompiledPolicy], *, mutating: bool) -> Joined:
-    """The phase's program over `policies` (all mutating or all validating)."""
+def join(backend: Backend, policies: Sequence[Policy], *, mutating: bool) -> Joined:
+    """The phase's program over `policies` (all mutating or all validating, each compiled
+    already: compile.py calls this once per phase)."""
     joined_source = getattr(backend, "joined_source", None)
     compile_selected = getattr(backend, "compile_selected", None)
     if joined_source is None or compile_selected is None:
@@ -47,8 +48,7 @@ def join(backend: Backend, policies: Sequence[CompiledPolicy], *, mutating: bool
     sources: list[str | None] = []
     refusals: list[str | None] = []
     details: list[str | None] = []
-    for cp in policies:
-        policy = cp.policy
+    for policy in policies:
         source = joined_source(
             [m.expression.source for m in policy.match_conditions],
             [(v.name, v.expression.source) for v in policy.variables],
