@@ -78,13 +78,13 @@ class ReadPlan:
 
 
 def plan_for(policies: PolicySet, phase: str) -> ReadPlan:
-    """The phase's ReadPlan, kept on the set (PolicySet.derived): reading the sources and
+    """The phase's ReadPlan, kept on the set (PolicySet.read_plans): reading the sources and
     generating the views takes about 10 ms, and an Engine is built on the event loop on every
     cluster or eviction change."""
-    plan = policies.derived.get(phase)
+    plan = policies.read_plans.get(phase)
     if not isinstance(plan, ReadPlan):  # two threads may both make it: the same plan either way
         members = policies.mutating if phase == "mutating" else policies.validating
-        plan = policies.derived[phase] = ReadPlan(members)
+        plan = policies.read_plans[phase] = ReadPlan(members)
     return plan
 
 

@@ -72,10 +72,10 @@ class PolicySet:
     digest: str
     backend: Backend
     sources: tuple[str, ...] = ()
-    # What the engine derives from the policies alone (bindings.py: the paths each phase reads and
-    # the view builders made from them), made on first use and kept for the set's life: the
-    # webhook builds a new Engine on every cluster change, the set only when its files change.
-    derived: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # What each phase's policies read (bindings.ReadPlan, by phase name: two at most), made on
+    # first use and kept for the set's life: the webhook builds a new Engine on every cluster
+    # change, the set only when its files change.
+    read_plans: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # Each phase's policies (in the order of `mutating` / `validating`) as one program, with
     # why any policy is not in it (engine/joined.py)
     mutating_joined: Joined = field(default=Joined(None, ()), compare=False, repr=False)
