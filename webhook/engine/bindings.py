@@ -42,11 +42,6 @@ class Bindings:
             return extend(self.activation(), "variables", values)
         return self.backend.activation({**self.data, "variables": values}, self.constants)
 
-    def with_selection(self, name: str, value: Any) -> Any:
-        """An activation with `name` bound to `value` besides the variables (a new one: the
-        runtime converts the others again where it reads them)."""
-        return self.backend.activation({**self.data, name: value}, self.constants)
-
 
 def policy_sources(policies: Sequence[CompiledPolicy]) -> list[reads.PolicySources]:
     """Every CEL source of the policies, each policy's variables apart: what engine/reads.py reads

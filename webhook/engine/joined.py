@@ -2,7 +2,8 @@
 
 Each policy's matchConditions, variables and validations (or mutations) are written as one item
 of the phase's program (CppBackend.joined_source); the request selects the items of the policies
-that apply, and one evaluation gives each its value. What cannot be written so is said as data,
+that apply, and one evaluation gives each its value (or, where each policy's time is wanted, one
+evaluation of each item alone: Joined.items). What cannot be written so is said as data,
 per policy (Joined.refusals): the backend has no such programs (cel-python), a variable's name
 cel.bind cannot bind, or an item the runtime's parser refuses (too deeply nested). Those policies
 take the generic path (evaluate.py), as every policy does when the program fails: the phase
@@ -36,6 +37,10 @@ class Joined:
     refusals: tuple[str | None, ...]
     # The runtime's words for each refusal of DOES_NOT_COMPILE (None elsewhere), for a reader
     details: tuple[str | None, ...] = ()
+    # Each policy's item alone, at its own index (None where refused): compiled anyway to learn
+    # whether the item fits, and evaluated in place of the whole program where each policy's
+    # time is wanted, on the same activation (so nothing is converted twice)
+    items: tuple[Program | None, ...] = ()
 
 
 def join(backend: Backend, policies: Sequence[Policy], *, mutating: bool) -> Joined:
@@ -48,28 +53,30 @@ def join(backend: Backend, policies: Sequence[Policy], *, mutating: bool) -> Joi
     sources: list[str | None] = []
     refusals: list[str | None] = []
     details: list[str | None] = []
-    for policy in policies:
+    items: list[Program | None] = []
+    for i, policy in enumerate(policies):
         source = joined_source(
             [m.expression.source for m in policy.match_conditions],
             [(v.name, v.expression.source) for v in policy.variables],
             _mutations_body(policy) if mutating else _validations_body(policy),
         )
-        detail = None
+        detail = item = None
         if source is None:
             refusal: str | None = VARIABLE_NAME
         else:
             try:  # alone, as deep as it is in the phase's program: whether it fits there
-                compile_selected([source])
+                item = compile_selected([None] * i + [source])
                 refusal = None
             except CelCompileError as exc:
                 source, refusal, detail = None, DOES_NOT_COMPILE, str(exc)
         sources.append(source)
         refusals.append(refusal)
         details.append(detail)
+        items.append(item)
     if all(source is None for source in sources):
-        return Joined(None, tuple(refusals), tuple(details))
+        return Joined(None, tuple(refusals), tuple(details), tuple(items))
     program: Program = compile_selected(sources)
-    return Joined(program, tuple(refusals), tuple(details))
+    return Joined(program, tuple(refusals), tuple(details), tuple(items))
 
 
 def _optional(expression: Expression | None) -> str:

@@ -92,6 +92,7 @@ class Phase:
         self.mutating = name == "mutating"
         self.policies = tuple(policies)
         self._program = program.program
+        self._items = program.items
         self._refusals = program.refusals
         self._exceptions = tuple(exceptions)
         self._fallbacks = fallbacks
@@ -185,24 +186,22 @@ class Phase:
         return values, False
 
     def _one_by_one(self, bindings: Bindings, selected: list[bool], timings: dict[str, float]) -> list[Any]:
-        """As _together, each selected policy in an evaluation of its own, timed; a policy whose
-        evaluation fails gets the value None (the generic path then evaluates it)."""
-        assert self._program is not None
+        """As _together, each selected policy's item evaluated alone (Joined.items), timed; a
+        policy whose item fails gets the value None (the generic path then evaluates it)."""
+        bindings.data[SELECTED] = selected
+        activation = bindings.activation()
         values: list[Any] = [None] * len(self.policies)
-        alone = [False] * len(self.policies)
-        for i, cp in enumerate(self.policies):
-            if not selected[i]:
+        for i, (cp, item) in enumerate(zip(self.policies, self._items, strict=True)):
+            if not selected[i] or item is None:
                 continue
-            alone[i] = True
             start = perf_counter()
             try:
-                items = self._program.evaluate(bindings.with_selection(SELECTED, alone))
-                values[i] = items[i] if type(items) is list and len(items) == len(alone) else None
+                items = item.evaluate(activation)
+                values[i] = items[i] if type(items) is list and len(items) == i + 1 else None
             except CelEvalError:
                 values[i] = None
             finally:
                 timings[cp.name] = perf_counter() - start
-                alone[i] = False
         return values
 
     def _exempt(
