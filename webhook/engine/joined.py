@@ -5,7 +5,7 @@ of the phase's program (CppBackend.joined_source); the request selects the items
 that apply, and one evaluation gives each its value (or, where each policy's time is wanted, one
 evaluation of each item alone: Joined.items). What cannot be written so is said as data,
 per policy (Joined.refusals): the backend has no such programs (cel-python), a variable's name
-cel.bind cannot bind, or an item the runtime's parser refuses (too deeply nested). Those policies
+is not an identifier, or the runtime refuses the item (nested too deeply for its parser). Those policies
 take the generic path (evaluate.py), as every policy does when the program fails: the phase
 (phase.py) evaluates the program, reads each item's value, decides any fallback and counts it.
 """
@@ -14,13 +14,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from webhook.engine.cel import Backend, CelCompileError, Program
 from webhook.engine.model import Expression, Policy
-
-if TYPE_CHECKING:  # compile.py builds the phases' programs with join()
-    pass
 
 # Refusals (Joined.refusals): short, fixed words, so that a metric label can carry them
 NO_JOINING_RUNTIME = "runtime-cannot-join"
@@ -75,7 +71,13 @@ def join(backend: Backend, policies: Sequence[Policy], *, mutating: bool) -> Joi
         items.append(item)
     if all(source is None for source in sources):
         return Joined(None, tuple(refusals), tuple(details), tuple(items))
-    program: Program = compile_selected(sources)
+    try:
+        program: Program = compile_selected(sources)
+    except CelCompileError as exc:  # each item fits alone; all of them together, not
+        joined = [refusal is None for refusal in refusals]
+        refusals = [DOES_NOT_COMPILE if ok else refusal for ok, refusal in zip(joined, refusals, strict=True)]
+        details = [str(exc) if ok else detail for ok, detail in zip(joined, details, strict=True)]
+        return Joined(None, tuple(refusals), tuple(details))
     return Joined(program, tuple(refusals), tuple(details), tuple(items))
 
 
