@@ -3,9 +3,9 @@
 Each policy's matchConditions, variables and validations (or mutations) are written as one item
 of the phase's program (CppBackend.joined_source); the request selects the items of the policies
 that apply, and one evaluation gives each its value (or, where each policy's time is wanted, one
-evaluation of each item alone: Joined.items). What cannot be written so is said as data,
-per policy (Joined.refusals): the backend has no such programs (cel-python), a variable's name
-is not an identifier, or the runtime refuses the item (nested too deeply for its parser). Those policies
+evaluation of each item alone: Joined.items). What cannot be written so is said as data, per
+policy (Joined.refusals): the backend has no such programs (cel-python), a variable's name is not
+an identifier, or the runtime refuses the item (nested too deeply for its parser). Those policies
 take the generic path (evaluate.py), as every policy does when the program fails: the phase
 (phase.py) evaluates the program, reads each item's value, decides any fallback and counts it.
 """
