@@ -112,7 +112,7 @@ def engine() -> Engine:
 
 def decide(engine: Engine, obj: Any, **request: Any) -> tuple[codec.ParsedReview, Decision]:
     parsed = parse_request(encode(admission_review(obj, **request)))
-    return parsed, engine.review(parsed.admission)
+    return parsed, engine.decide(parsed.admission)
 
 
 def decoded_patch(response: dict[str, Any]) -> list[dict[str, Any]]:
@@ -340,7 +340,7 @@ def test_a_policy_reason_reaches_the_response(tmp_path: Any) -> None:
     )
     engine = build_engine(load_policy_set([tmp_path]), load_config())
     parsed = parse_request(orjson.dumps(admission_review(GANG_MISSING)))
-    decision = engine.review(parsed.admission, mutate=False)
+    decision = engine.decide(parsed.admission, mutate=False)
     assert [(f.policy, f.reason) for f in decision.violations] == [("sized", "RequestEntityTooLarge")]
     status = build_response(parsed.uid, decision, mutating=False)["response"]["status"]
     assert (status["code"], status["reason"], status["message"]) == (

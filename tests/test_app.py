@@ -239,7 +239,7 @@ def test_delete_is_allowed(client: TestClient) -> None:
 
 
 class BrokenEngine(Engine):
-    def review(self, inp: AdmissionInput, **kwargs: Any) -> Decision:
+    def decide(self, inp: AdmissionInput, **kwargs: Any) -> Decision:
         raise RuntimeError("boom")
 
 

@@ -232,5 +232,5 @@ def test_an_engine_keeps_the_records_it_was_built_with() -> None:
         ClusterFacts(evictions=records),
     )
     records.clear()
-    decision = engine.review(AdmissionInput(object=copy.deepcopy(POD), namespace=NAMESPACE))
+    decision = engine.decide(AdmissionInput(object=copy.deepcopy(POD), namespace=NAMESPACE))
     assert GATE in patched(decision.patch)["spec"]["schedulingGates"]

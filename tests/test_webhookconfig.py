@@ -693,7 +693,7 @@ def test_node_level_pods_are_sent_to_neither_webhook(
 @pytest.mark.parametrize(("obj", "old", "node_level"), NODE_LEVEL_CASES)
 def test_the_engine_skips_exactly_the_node_level_pods(obj: Obj, old: Obj | None, node_level: bool) -> None:
     """`trainguard check` and the cluster agree: what the API server never sends, the CLI skips."""
-    decision = engine().review(
+    decision = engine().decide(
         AdmissionInput(
             object=obj, operation="UPDATE" if old else "CREATE", old_object=old, namespace="default"
         )
@@ -738,7 +738,7 @@ def test_the_configured_accelerators_decide_node_level_pods_alike(
     objects = webhookconfig.render(platform=platform)
     for hook in (validating(objects), mutating(objects)):
         assert evaluate(only(hook, "not-node-level"), obj) is not node_level
-    decision = engine(config_text).review(AdmissionInput(object=obj, operation="CREATE", namespace="default"))
+    decision = engine(config_text).decide(AdmissionInput(object=obj, operation="CREATE", namespace="default"))
     assert (decision.skipped_reason or "").startswith("node-level Pod: ") is node_level
 
 
@@ -829,7 +829,7 @@ def assert_engine_agrees(
     obj: Obj, old: Obj | None, v_called: bool, m_called: bool, config_text: str = ""
 ) -> None:
     """A skipped object must be one the engine allows without findings (validating) or patch (mutating)."""
-    decision = engine(config_text).review(
+    decision = engine(config_text).decide(
         AdmissionInput(
             object=obj, operation="UPDATE" if old else "CREATE", old_object=old, namespace="default"
         )

@@ -532,7 +532,7 @@ def _trainguard_patch(pod: dict[str, Any], namespace: str) -> list[Any]:
     """The JSON patch trainguard's /mutate answers for `pod`, decided in this process."""
     from webhook.engine import AdmissionInput
 
-    decision = common.engine_for().review(AdmissionInput(pod, namespace=namespace), validate=False)
+    decision = common.engine_for().decide(AdmissionInput(pod, namespace=namespace), validate=False)
     if not decision.patch:
         raise RuntimeError("trainguard does not patch the benchmark Pod: the patch arm would measure nothing")
     return list(decision.patch)

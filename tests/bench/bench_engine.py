@@ -3,7 +3,7 @@ object size, on both CEL runtimes.
 
 Times are medians of batches, in milliseconds per admission; each is measured twice, as wall-clock
 time and as the CPU time of the measuring thread (which other processes on a shared machine
-disturb much less). "full" is Engine.review(mutate=True, validate=True), what `trainguard check`
+disturb much less). "full" is Engine.decide(mutate=True, validate=True), what `trainguard check`
 does; "validate" is review(mutate=False), what the webhook's /validate endpoint does; "mutate"
 is review(validate=False), its /mutate endpoint.
 
@@ -54,7 +54,7 @@ def _review(engine: Any, obj: dict[str, Any], namespace: str, **kw: Any) -> Call
     from webhook.engine import AdmissionInput
 
     inp = AdmissionInput(object=obj, namespace=namespace)
-    return lambda: engine.review(inp, **kw)
+    return lambda: engine.decide(inp, **kw)
 
 
 # -- synthetic inputs -----------------------------------------------------------------------------
@@ -184,7 +184,7 @@ def cel_share(obj: dict[str, Any]) -> dict[str, float]:
     """How the 11.6 KB Pod's validate-only admission splits: adapters, view, CEL (CPU ms)."""
     import webhook.engine.pipeline as pl
     from webhook.engine import cel as celmod
-    from webhook.workloads import model
+    from webhook.workloads import Workload
 
     engine = engine_for(CPP)
     spent: dict[str, float] = {"adapters": 0.0, "view": 0.0, "cel": 0.0}
@@ -204,7 +204,7 @@ def cel_share(obj: dict[str, Any]) -> dict[str, float]:
         setattr(owner, name, timed)
 
     wrap(pl, "build_workload", "adapters")
-    wrap(model.Workload, "view", "view")
+    wrap(Workload, "view", "view")
     wrap(celmod._CppProgram, "evaluate", "cel")
     try:
         fn = _review(engine, obj, "ml-research", mutate=False)

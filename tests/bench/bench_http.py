@@ -81,7 +81,7 @@ def engine_split(bodies: list[bytes], rounds: int = 9) -> dict[str, float]:
     def one_pass() -> None:
         for body, kw in calls:
             obj = orjson.loads(body)["request"]["object"]
-            engine.review(AdmissionInput(object=obj, namespace="default"), **kw)
+            engine.decide(AdmissionInput(object=obj, namespace="default"), **kw)
 
     one_pass()
     totals, cels = [], []

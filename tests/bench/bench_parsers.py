@@ -8,7 +8,7 @@ Two measurements:
   a megabyte; a least-squares fit of CPU time (and of the parser's own work counter) against
   input size gives the slope and r² (r² near 1: linear; a quadratic step would bend the line);
 - the probe: ≈1.4 MB Pods whose container command repeats `timeout 5`, `env A=1`, or holds a
-  run of `$(`, through Engine.review() with the caps in force, as the webhook decides them.
+  run of `$(`, through Engine.decide() with the caps in force, as the webhook decides them.
 
     python tests/bench/bench_parsers.py [--quick]
 """
@@ -169,10 +169,10 @@ def probes(quick: bool) -> list[list[Any]]:
         size = len(json.dumps(obj, separators=(",", ":")))
         inp = AdmissionInput(object=obj, namespace="ml")
         tracemalloc.start()  # a call of its own: tracing would inflate the CPU figure
-        decision = engine.review(inp)
+        decision = engine.decide(inp)
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
-        cpu = _cpu_seconds(lambda i=inp: engine.review(i), 3 if quick else 5)
+        cpu = _cpu_seconds(lambda i=inp: engine.decide(i), 3 if quick else 5)
         warned = [f.policy for f in decision.warnings]
         verdict = "allowed" if decision.allowed else "denied"
         rows.append([name, size, cpu * 1000, peak / 2**20, verdict, ",".join(warned)])
@@ -200,11 +200,11 @@ def run(quick: bool = False) -> dict[str, Any]:
             [[k, f["ms_per_kb"], f["r2"], f["work_per_kb"], f["work_r2"]] for k, f in fits.items()],
         )
     )
-    log("parsers: ≈1.4 and ≈3 MB Pods through Engine.review() with the caps in force …")
+    log("parsers: ≈1.4 and ≈3 MB Pods through Engine.decide() with the caps in force …")
     prow = probes(quick)
     print(
         table(
-            "Probe: ≈1.4 and ≈3 MB Pods, Engine.review() (default policies, caps in force; median CPU ms,"
+            "Probe: ≈1.4 and ≈3 MB Pods, Engine.decide() (default policies, caps in force; median CPU ms,"
             " peak Python allocation of one call)",
             ["command", "bytes", "CPU ms", "peak MiB", "decision", "warnings from"],
             prow,

@@ -63,6 +63,12 @@ def engine_for(backend: str = "cel-expr-python", policies: Sequence[str | Path] 
     return Engine(load_policy_set(paths, backend), load_config())
 
 
+def decider(engine: Any) -> Any:
+    """The engine's method that decides one object: `decide`, or `review` in trees from before it
+    was renamed (compare_engine.py and compare_decisions.py run an older tree beside this one)."""
+    return getattr(engine, "decide", None) or engine.review
+
+
 def corpus_workloads() -> list[tuple[str, dict[str, Any]]]:
     """Corpus documents that trainguard decides (a Workload), namespace defaulted."""
     from webhook.config import load_config

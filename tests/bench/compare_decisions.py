@@ -37,7 +37,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
 def _case_inputs(obj: dict[str, Any], namespace: str) -> list[tuple[str, dict[str, Any]]]:
-    """The four ways one object is decided: (name, AdmissionInput and review() keywords)."""
+    """The four ways one object is decided: (name, AdmissionInput and decide() keywords)."""
     old = copy.deepcopy(obj)
     meta = old.setdefault("metadata", {}) if isinstance(old.get("metadata", {}), dict) else {}
     labels = meta.setdefault("labels", {}) if isinstance(meta.get("labels", {}), dict) else {}
@@ -87,7 +87,7 @@ def child(out_path: str) -> int:
                     key = f"{backend} {source} {namespace} {way}"
                     inp = AdmissionInput(object=copy.deepcopy(obj), **spec["input"])
                     try:
-                        value: Any = _decision_json(engine.review(inp, now=NOW, **spec["review"]))
+                        value: Any = _decision_json(common.decider(engine)(inp, now=NOW, **spec["review"]))
                     except Exception as exc:  # an error is an outcome to compare too
                         value = {"error": f"{type(exc).__name__}: {exc}"}
                     cases[key] = json.dumps(value, default=repr)

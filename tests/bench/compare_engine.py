@@ -49,6 +49,7 @@ def cpu(fn, n):
     return min(best)
 
 engine = common.engine_for("cel-expr-python")
+decide = common.decider(engine)
 pod = common.big_training_pod()
 body = orjson.dumps(pod)
 inp = AdmissionInput(object=pod, namespace="ml-research")
@@ -56,22 +57,22 @@ validate_only, mutate_only = {"mutate": False}, {"validate": False}
 
 def fresh(**kw):
     # As the server sees it: every request's object freshly decoded (new dicts, new strings).
-    return lambda: engine.review(AdmissionInput(object=orjson.loads(body), namespace="ml-research"), **kw)
+    return lambda: decide(AdmissionInput(object=orjson.loads(body), namespace="ml-research"), **kw)
 
 out = {
-    "pod_validate": cpu(lambda: engine.review(inp, **validate_only), 200),
-    "pod_mutate": cpu(lambda: engine.review(inp, **mutate_only), 200),
+    "pod_validate": cpu(lambda: decide(inp, **validate_only), 200),
+    "pod_mutate": cpu(lambda: decide(inp, **mutate_only), 200),
     "pod_validate_fresh": cpu(fresh(**validate_only), 200),
     "pod_mutate_fresh": cpu(fresh(**mutate_only), 200),
-    "pod_full": cpu(lambda: engine.review(inp), 100),
+    "pod_full": cpu(lambda: decide(inp), 100),
 }
 if not QUICK:
     per = {"validate": [], "mutate": [], "full": []}
     for _, obj in common.corpus_workloads():
         i = AdmissionInput(object=obj, namespace="default")
-        per["validate"].append(cpu(lambda: engine.review(i, **validate_only), 10))
-        per["mutate"].append(cpu(lambda: engine.review(i, **mutate_only), 10))
-        per["full"].append(cpu(lambda: engine.review(i), 10))
+        per["validate"].append(cpu(lambda: decide(i, **validate_only), 10))
+        per["mutate"].append(cpu(lambda: decide(i, **mutate_only), 10))
+        per["full"].append(cpu(lambda: decide(i), 10))
     for kind, values in per.items():
         out[f"corpus_median_{kind}"] = statistics.median(values)
     try:
@@ -80,17 +81,18 @@ if not QUICK:
         )
     except TypeError:  # a tree without `remember`
         remembering = engine
+    remember = common.decider(remembering)
     counter = [0]
 
     def pair():
         counter[0] += 1
         obj = dict(pod, metadata={**pod["metadata"], "uid": str(counter[0])})  # a new object each time
-        first = remembering.review(AdmissionInput(object=obj, namespace="ml-research"), validate=False)
-        remembering.review(AdmissionInput(object=first.mutated, namespace="ml-research"), mutate=False)
+        first = remember(AdmissionInput(object=obj, namespace="ml-research"), validate=False)
+        remember(AdmissionInput(object=first.mutated, namespace="ml-research"), mutate=False)
 
     out["pod_webhook_pair"] = cpu(pair, 40)
     slow = common.engine_for("cel-python")
-    out["pod_full_cel_python"] = cpu(lambda: slow.review(inp), 3)
+    out["pod_full_cel_python"] = cpu(lambda: common.decider(slow)(inp), 3)
 print(json.dumps(out))
 """
 
@@ -106,6 +108,7 @@ import common, orjson, os, webhook
 from webhook.engine import AdmissionInput
 assert webhook.__file__.startswith(os.path.realpath(os.environ["PYTHONPATH"])), webhook.__file__
 engine = common.engine_for("cel-expr-python")
+decide = common.decider(engine)
 measure, n = sys.argv[1], int(sys.argv[2])
 kw = {} if measure.endswith("_full") else {"mutate": False} if "validate" in measure else {"validate": False}
 body = orjson.dumps(common.big_training_pod())
@@ -122,7 +125,7 @@ else:
 
 def step(acc, item):
     obj, namespace = get(item)
-    engine.review(AdmissionInput(object=obj, namespace=namespace), **kw)
+    decide(AdmissionInput(object=obj, namespace=namespace), **kw)
     return acc + 1
 
 for item in items[:5]:

@@ -71,11 +71,11 @@ def pod(group: str) -> dict[str, Any]:
 def median_ms(engine: Engine, obj: dict[str, Any], rounds: int) -> float:
     inp = AdmissionInput(object=obj)
     for _ in range(20):
-        engine.review(inp)
+        engine.decide(inp)
     samples = []
     for _ in range(rounds):
         start = time.process_time()
-        engine.review(inp)
+        engine.decide(inp)
         samples.append(time.process_time() - start)
     return statistics.median(samples) * 1000
 

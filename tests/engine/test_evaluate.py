@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import BACKENDS
+from webhook.engine.bindings import Bindings
 from webhook.engine.compile import load_policy_set
-from webhook.engine.evaluate import Bindings, mutate, validate
+from webhook.engine.evaluate import mutate, validate
 from webhook.engine.mutate import Patcher
 
 OBJECT: dict[str, Any] = {"metadata": {"name": "j", "labels": {"a": "1"}}, "spec": {"n": 3}}
@@ -133,105 +133,3 @@ def test_mutate_lands_whole_or_not_at_all(
     assert result.outcome == outcome
     assert patcher.doc["metadata"]["labels"] == labels
     assert OBJECT["metadata"]["labels"] == {"a": "1"}  # the input is never changed in place
-
-
-# A policy is evaluated in one program where the runtime can fold it (conditions, variables and
-# expressions together) and expression by expression otherwise; both must conclude the same, down
-# to which expression an error names.
-FOLDED = [
-    pytest.param("  validations:\n    - expression: object.spec.n == 3\n      message: m\n", id="passes"),
-    pytest.param(
-        "  validations:\n    - expression: object.spec.n == 4\n      message: fixed\n"
-        "      reason: Invalid\n    - expression: 'true'\n      message: never\n",
-        id="fails-with-its-message-and-reason",
-    ),
-    pytest.param(
-        "  matchConditions:\n    - name: big\n      expression: object.spec.n > 10\n"
-        "  validations:\n    - expression: 'false'\n      message: m\n",
-        id="unmet-condition-skips",
-    ),
-    pytest.param(
-        "  matchConditions:\n    - name: first\n      expression: object.spec.missing == 1\n"
-        "    - name: second\n      expression: 'false'\n"
-        "  validations:\n    - expression: 'false'\n      message: m\n",
-        id="condition-error-before-a-false-condition-is-an-error",
-    ),
-    pytest.param(
-        "  matchConditions:\n    - name: first\n      expression: 'false'\n"
-        "    - name: second\n      expression: object.spec.missing == 1\n"
-        "  validations:\n    - expression: 'false'\n      message: m\n",
-        id="condition-after-a-false-one-is-not-evaluated",
-    ),
-    pytest.param(
-        "  matchConditions:\n    - name: number\n      expression: object.spec.n\n"
-        "  validations:\n    - expression: 'false'\n      message: m\n",
-        id="condition-not-a-bool",
-    ),
-    pytest.param(
-        "  matchConditions:\n    - name: no-variables-here\n      expression: variables.n == 3\n"
-        "  variables:\n    - name: n\n      expression: object.spec.n\n"
-        "  validations:\n    - expression: 'false'\n      message: m\n",
-        id="conditions-do-not-see-variables",
-    ),
-    pytest.param(
-        "  variables:\n    - name: unused\n      expression: object.spec.missing\n"
-        "  validations:\n    - expression: 'true'\n      message: m\n",
-        id="a-failing-variable-fails-the-policy-though-unused",
-    ),
-    pytest.param(
-        "  variables:\n    - name: n\n      expression: object.spec.n\n"
-        "    - name: double\n      expression: variables.n * 2\n"
-        "  validations:\n    - expression: variables.double == 6\n      message: m\n"
-        "    - expression: variables.double == 7\n"
-        "      messageExpression: \"'double is ' + string(variables.double)\"\n"
-        "      fieldExpression: \"'spec.n'\"\n",
-        id="variables-in-expressions-messages-and-fields",
-    ),
-    pytest.param(
-        "  validations:\n    - expression: 'false'\n      message: static\n"
-        "      messageExpression: \"'  '\"\n      field: spec.a\n      fieldExpression: \"''\"\n",
-        id="empty-message-and-field-expressions-fall-back",
-    ),
-    pytest.param(
-        "  validations:\n    - expression: 'false'\n      messageExpression: object.spec.missing\n"
-        "    - expression: object.spec.missing\n      message: m\n",
-        id="message-error-is-named-before-a-later-check-error",
-    ),
-    pytest.param(
-        "  validations:\n    - expression: 'true'\n      messageExpression: object.spec.missing\n",
-        id="message-of-a-passing-check-is-not-evaluated",
-    ),
-    pytest.param(
-        "  validations:\n    - expression: object.spec.n\n      message: m\n", id="check-not-a-bool"
-    ),
-    pytest.param(
-        "  matchConditions:\n    - name: small\n      expression: object.spec.n < 10\n"
-        "  variables:\n    - name: v\n      expression: '\"2\"'\n"
-        "  mutations:\n    - name: label\n"
-        '      patchExpression: \'[{"op": "set", "path": "/metadata/labels/b", "value": variables.v}]\'\n',
-        id="mutation",
-    ),
-    pytest.param(
-        "  matchConditions:\n    - name: big\n      expression: object.spec.n > 10\n"
-        "  mutations:\n    - name: label\n"
-        '      patchExpression: \'[{"op": "set", "path": "/metadata/labels/b", "value": "2"}]\'\n',
-        id="mutation-unmet-condition",
-    ),
-    pytest.param(
-        "  mutations:\n    - name: label\n      patchExpression: object.spec.missing\n",
-        id="mutation-error",
-    ),
-]
-
-
-@pytest.mark.parametrize("spec", FOLDED)
-def test_folded_and_expression_by_expression_agree(tmp_path: Path, spec: str) -> None:
-    cp, bindings = _compiled(tmp_path, "cel-expr-python", spec)
-    assert cp.folded is not None  # the C++ runtime folds every policy here
-    unfolded = dataclasses.replace(cp, folded=None)
-    if cp.policy.mutating:
-        folded_patcher, patcher = Patcher(OBJECT), Patcher(OBJECT)
-        assert mutate(cp, bindings, folded_patcher) == mutate(unfolded, bindings, patcher)
-        assert folded_patcher.doc == patcher.doc
-    else:
-        assert validate(cp, bindings) == validate(unfolded, bindings)

@@ -10,8 +10,7 @@ from webhook.config import load_config
 from webhook.engine.decide import decide
 from webhook.engine.match import skip_reason
 from webhook.engine.model import Decision, Match, Policy, PolicyResult
-from webhook.workloads import AdaptContext, build_workload
-from webhook.workloads.model import Workload
+from webhook.workloads import AdaptContext, Workload, build_workload
 
 
 def _workload(obj: dict[str, Any], namespace: str = "ml") -> Workload:

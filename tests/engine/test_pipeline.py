@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from webhook.config import PlatformConfig, load_config
 from webhook.context import context_objects
 from webhook.documents import read_manifests
 from webhook.engine.compile import PolicySet, load_policy_set
+from webhook.engine.joined import Joined
 from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.workloads import Deferred
 
@@ -62,7 +64,7 @@ def test_mode_and_failure_policy_shape_the_decision(
         load_policy_set([_policy_dir(tmp_path, mode=mode, failure=failure, expression=expression)], backend),
         load_config(),
     )
-    decision = engine.review(AdmissionInput(object=NO_GANG_JOB))
+    decision = engine.decide(AdmissionInput(object=NO_GANG_JOB))
     assert decision.allowed is allowed
     buckets = {"violations": decision.violations, "warnings": decision.warnings, "audits": decision.audits}
     for name, findings in buckets.items():
@@ -84,7 +86,7 @@ def test_a_deadline_already_past_gives_each_policy_its_failure_policy_outcome(
     engine = Engine(
         load_policy_set([_policy_dir(tmp_path, failure=failure, expression="true")]), load_config()
     )
-    decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() - 1))
+    decision = engine.decide(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() - 1))
     assert decision.allowed is allowed
     findings = decision.violations if where == "violations" else decision.warnings
     assert [f.policy for f in findings] == ["rule"]
@@ -94,7 +96,7 @@ def test_a_deadline_already_past_gives_each_policy_its_failure_policy_outcome(
 
 def test_a_deadline_in_the_future_changes_nothing(tmp_path: Path) -> None:
     engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="false")]), load_config())
-    decision = engine.review(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() + 60))
+    decision = engine.decide(AdmissionInput(object=NO_GANG_JOB, deadline=time.monotonic() + 60))
     assert [f.message for f in decision.violations] == ["rule says no"]
 
 
@@ -126,13 +128,13 @@ def test_a_yielding_review_gives_the_same_decision_or_defers(
     """A review with `yield_at` either decides as one without, or raises Deferred: never a third
     answer (no launch-limits warning, no failurePolicy outcome) for having been asked to yield."""
     engine = Engine(policy_set, config)
-    plain = engine.review(AdmissionInput(object=obj, namespace="ml"))
+    plain = engine.decide(AdmissionInput(object=obj, namespace="ml"))
     yielding = AdmissionInput(object=obj, namespace="ml", yield_at=time.monotonic() + yield_in)
     if deferred:
         with pytest.raises(Deferred):
-            engine.review(yielding)
+            engine.decide(yielding)
     else:
-        again = engine.review(yielding)
+        again = engine.decide(yielding)
         assert (again.allowed, again.violations, again.warnings, again.patch) == (
             plain.allowed,
             plain.violations,
@@ -159,26 +161,26 @@ def test_engines_rebuilt_on_one_policy_set_keep_their_own_params(tmp_path: Path,
     (tmp_path / "loose.yaml").write_text("restarts:\n  max: 8\n")
     strict = Engine(policies, load_config(tmp_path / "strict.yaml"))
     loose = Engine(policies, load_config(tmp_path / "loose.yaml"))
-    assert not strict.review(AdmissionInput(object=NO_GANG_JOB)).allowed  # parallelism 4
-    assert loose.review(AdmissionInput(object=NO_GANG_JOB)).allowed
+    assert not strict.decide(AdmissionInput(object=NO_GANG_JOB)).allowed  # parallelism 4
+    assert loose.decide(AdmissionInput(object=NO_GANG_JOB)).allowed
     assert strict._validation.tree is loose._validation.tree  # derived once, from the set
 
 
 def test_a_remembered_object_is_adapted_once_across_calls(tmp_path: Path) -> None:
     engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config(), remember=8)
-    mutating = engine.review(AdmissionInput(object=NO_GANG_JOB), validate=False)
-    validating = engine.review(AdmissionInput(object=copy.deepcopy(NO_GANG_JOB)), mutate=False)
+    mutating = engine.decide(AdmissionInput(object=NO_GANG_JOB), validate=False)
+    validating = engine.decide(AdmissionInput(object=copy.deepcopy(NO_GANG_JOB)), mutate=False)
     assert mutating.workload is not None and validating.workload is mutating.workload
     renamed = copy.deepcopy(NO_GANG_JOB)
     renamed["metadata"]["name"] = "k"
-    other = engine.review(AdmissionInput(object=renamed), mutate=False)
+    other = engine.decide(AdmissionInput(object=renamed), mutate=False)
     assert other.workload is not None and other.workload.name == "k"
 
 
 def test_without_remember_each_call_adapts_afresh(tmp_path: Path) -> None:
     engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config())
-    first = engine.review(AdmissionInput(object=NO_GANG_JOB))
-    assert engine.review(AdmissionInput(object=NO_GANG_JOB)).workload is not first.workload
+    first = engine.decide(AdmissionInput(object=NO_GANG_JOB))
+    assert engine.decide(AdmissionInput(object=NO_GANG_JOB)).workload is not first.workload
 
 
 @pytest.mark.parametrize(
@@ -209,7 +211,7 @@ def test_without_remember_each_call_adapts_afresh(tmp_path: Path) -> None:
 def test_objects_trainguard_does_not_decide_are_allowed_untouched(
     policy_set: PolicySet, config: PlatformConfig, inp: AdmissionInput, reason: str
 ) -> None:
-    decision = Engine(policy_set, config).review(inp)
+    decision = Engine(policy_set, config).decide(inp)
     assert decision.allowed
     assert decision.patch == []
     assert decision.skipped_reason is not None and reason in decision.skipped_reason
@@ -234,10 +236,10 @@ def test_decision_is_taken_on_the_mutated_object(policy_set: PolicySet, config: 
         },
     }
     engine = Engine(policy_set, config)
-    assert engine.review(AdmissionInput(object=gpu_gang)).allowed, (
+    assert engine.decide(AdmissionInput(object=gpu_gang)).allowed, (
         "the topology mutation satisfies topology-slo"
     )
-    unmutated = engine.review(AdmissionInput(object=gpu_gang), mutate=False)
+    unmutated = engine.decide(AdmissionInput(object=gpu_gang), mutate=False)
     assert not unmutated.allowed
     assert [f.policy for f in unmutated.violations] == ["topology-slo"]
 
@@ -255,11 +257,11 @@ def test_corpus_manifest_is_decided_and_mutations_are_idempotent(
     runtimes, priority_classes = context_objects(d.data for d in docs)
     engine = Engine(policy_set, config, runtimes=runtimes, priority_classes=priority_classes)
     for doc in docs:
-        decision = engine.review(AdmissionInput(object=doc.data, namespace="default"))
+        decision = engine.decide(AdmissionInput(object=doc.data, namespace="default"))
         assert not [r for r in decision.results if r.outcome == "error"], doc.source
         assert decision.mutated is not None
         assert jsonpatch.apply_patch(doc.data, decision.patch) == decision.mutated
-        again = engine.review(AdmissionInput(object=decision.mutated, namespace="default"))
+        again = engine.decide(AdmissionInput(object=decision.mutated, namespace="default"))
         assert again.patch == [], f"{doc.source}: second pass patched {again.patch}"
         assert again.allowed == decision.allowed
         for r in decision.results:
@@ -267,23 +269,52 @@ def test_corpus_manifest_is_decided_and_mutations_are_idempotent(
                 assert not [x for x in again.results if x.policy == r.policy and x.patch]
 
 
+def generic_only(policy_set: PolicySet) -> PolicySet:
+    """The same policies with no phase program: every policy takes the generic path."""
+    return dataclasses.replace(
+        policy_set,
+        mutating_joined=Joined(None, ("generic-only",) * len(policy_set.mutating)),
+        validating_joined=Joined(None, ("generic-only",) * len(policy_set.validating)),
+    )
+
+
 @pytest.mark.skipif(not corpus_files(), reason="the shared corpus is not beside this checkout")
-def test_both_cel_backends_decide_the_corpus_identically(config: PlatformConfig) -> None:
-    engines = [load_policy_set([Path(__file__).resolve().parents[2] / "policies"], b) for b in BACKENDS]
+def test_every_way_of_evaluating_decides_the_corpus_identically(config: PlatformConfig) -> None:
+    # The C++ runtime's phase programs, the same runtime expression by expression (the generic
+    # path), and cel-python (always generic): every policy's result, the patch and the messages.
+    policies = Path(__file__).resolve().parents[2] / "policies"
+    joined = load_policy_set([policies], "cel-expr-python")
+    assert joined.validating_joined.program is not None and joined.mutating_joined.program is not None
+    sets = {
+        "joined": joined,
+        "generic": generic_only(joined),
+        "cel-python": load_policy_set([policies], "cel-python"),
+    }
     for path in corpus_files():
         docs = read_manifests([str(path)])
         runtimes, priority_classes = context_objects(d.data for d in docs)
+        engines = {
+            name: Engine(ps, config, runtimes=runtimes, priority_classes=priority_classes)
+            for name, ps in sets.items()
+        }
         for doc in docs:
             inp = AdmissionInput(object=doc.data, namespace="default")
-            a, b = (
-                Engine(ps, config, runtimes=runtimes, priority_classes=priority_classes).review(inp)
-                for ps in engines
-            )
-            assert (a.allowed, a.patch, [(f.policy, f.message) for f in a.violations + a.warnings]) == (
-                b.allowed,
-                b.patch,
-                [(f.policy, f.message) for f in b.violations + b.warnings],
+            fast, generic, slow = (engine.decide(inp) for engine in engines.values())
+            assert (fast.results, fast.patch) == (generic.results, generic.patch), doc.source
+            assert (
+                fast.allowed,
+                fast.patch,
+                [(f.policy, f.message) for f in fast.violations + fast.warnings],
+            ) == (
+                slow.allowed,
+                slow.patch,
+                [(f.policy, f.message) for f in slow.violations + slow.warnings],
             ), doc.source
+        assert engines["joined"].fallbacks.counts() == {}, path
+        assert set(engines["generic"].fallbacks.counts()) <= {
+            ("mutating", "generic-only"),
+            ("validating", "generic-only"),
+        }
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -304,7 +335,7 @@ def test_each_phase_sees_what_its_own_policies_read(tmp_path: Path, backend: str
         "      messageExpression: \"string(workload.totalPods) + ' pods in pool ' + params.pools.training\"\n"
     )
     engine = Engine(load_policy_set([tmp_path], backend), load_config())
-    decision = engine.review(AdmissionInput(object=NO_GANG_JOB), validate=validate)
+    decision = engine.decide(AdmissionInput(object=NO_GANG_JOB), validate=validate)
     assert decision.patch == [{"op": "add", "path": "/metadata/labels", "value": {"seen": "Job-4"}}]
     expected = ["4 pods in pool training"] if validate else []
     assert [f.message for f in decision.violations] == expected
@@ -338,7 +369,7 @@ def test_list_elements_carry_every_field_a_policy_reads_through_macros_and_varia
         "      fieldExpression: variables.wide[0].fieldPrefix + 'spec.containers'\n"
     )
     engine = Engine(load_policy_set([tmp_path], backend), load_config())
-    decision = engine.review(AdmissionInput(object=NO_GANG_JOB), validate=validate)
+    decision = engine.decide(AdmissionInput(object=NO_GANG_JOB), validate=validate)
     assert decision.patch == [
         {"op": "add", "path": "/metadata/labels", "value": {"seen": "t-0-spec.template."}}
     ]
@@ -406,10 +437,10 @@ def test_policies_evaluated_together_decide_as_one_by_one(
         load_policy_set([_policies(tmp_path, rules, mutations=mutations)], backend), load_config()
     )
     # the C++ runtime's phases each have one program here (cel-python evaluates one by one)
-    assert (engine.policies.validating_program is not None) is (backend == "cel-expr-python")
-    together = engine.review(AdmissionInput(object=NO_GANG_JOB))
+    assert (engine.policies.validating_joined.program is not None) is (backend == "cel-expr-python")
+    together = engine.decide(AdmissionInput(object=NO_GANG_JOB))
     timings: dict[str, float] = {}
-    alone = engine.review(AdmissionInput(object=NO_GANG_JOB), timings=timings)
+    alone = engine.decide(AdmissionInput(object=NO_GANG_JOB), timings=timings)
     assert {r.policy: r.outcome for r in together.results} == outcomes
     assert together.results == alone.results
     assert together.patch == alone.patch
@@ -432,7 +463,7 @@ def test_skipped_policies_are_not_remembered_across_kinds(tmp_path: Path) -> Non
         "spec": {"containers": [{"name": "t", "image": "x"}]},
     }
     outcomes = [
-        {r.policy: r.outcome for r in engine.review(AdmissionInput(object=obj)).results}
+        {r.policy: r.outcome for r in engine.decide(AdmissionInput(object=obj)).results}
         for obj in (NO_GANG_JOB, pod, NO_GANG_JOB)
     ]
     job, skipped = {"jobs": "fail", "any": "pass"}, {"jobs": "skip", "any": "pass"}
@@ -490,7 +521,7 @@ def test_a_review_reads_again_only_the_containers_its_mutations_changed(
 
     monkeypatch.setattr(podtemplate, "_container", counting)
     engine = Engine(load_policy_set([_env_policy(tmp_path, 1)], backend), load_config())
-    decision = engine.review(AdmissionInput(object=_TWO_CONTAINER_POD), mutate=mutate, validate=validate)
+    decision = engine.decide(AdmissionInput(object=_TWO_CONTAINER_POD), mutate=mutate, validate=validate)
     assert len(calls) == reads
     assert decision.workload is not None
     trainer, sidecar = decision.workload.groups[0].containers

@@ -314,7 +314,7 @@ def _workloads() -> list[Any]:
 
 def _shipped_trees() -> list[Any]:
     from webhook.engine import default_policies_dir, load_policy_set
-    from webhook.engine.pipeline import policy_sources
+    from webhook.engine.bindings import policy_sources
 
     policy_set = load_policy_set([default_policies_dir()], "cel-expr-python")
     return [

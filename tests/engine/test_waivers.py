@@ -18,8 +18,7 @@ from webhook.engine.load import default_policies_dir
 from webhook.engine.pipeline import AdmissionInput, Engine
 from webhook.engine.waivers import PolicyException, load_exceptions, parse_exception
 from webhook.errors import PolicyError
-from webhook.workloads import AdaptContext, build_workload
-from webhook.workloads.model import Workload
+from webhook.workloads import AdaptContext, Workload, build_workload
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "deploy/crds/trainguard.dev_policyexceptions.yaml"
@@ -211,14 +210,14 @@ def test_a_named_workload_covers_the_pods_its_controller_creates() -> None:
 
 def test_the_engine_reports_exempt_with_the_justification_and_admits(policies) -> None:
     engine = Engine(policies, load_config(None), exceptions=[exception()])
-    decision = engine.review(AdmissionInput(pytorchjob()), now=NOW)
+    decision = engine.decide(AdmissionInput(pytorchjob()), now=NOW)
     result = next(r for r in decision.results if r.policy == "gang-required")
     assert result.outcome == "exempt"
     assert result.exemption == "migrating to Kueue in Q3"
     assert "declares no gang mechanism" in result.messages[0]
     assert decision.allowed
 
-    expired = engine.review(AdmissionInput(pytorchjob()), now=datetime(2027, 1, 1, tzinfo=UTC))
+    expired = engine.decide(AdmissionInput(pytorchjob()), now=datetime(2027, 1, 1, tzinfo=UTC))
     assert not expired.allowed
     assert next(r for r in expired.results if r.policy == "gang-required").outcome == "fail"
 

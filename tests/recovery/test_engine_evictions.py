@@ -100,6 +100,6 @@ def test_policies_see_only_the_workloads_own_records(
     engine = build_engine(
         load_policy_set([tmp_path], backend), load_config(), ClusterFacts(evictions=RECORDS)
     )
-    decision = engine.review(AdmissionInput(object=obj))
+    decision = engine.decide(AdmissionInput(object=obj))
     (finding,) = [f for f in decision.warnings if f.policy == "show-evictions"]
     assert finding.message == seen

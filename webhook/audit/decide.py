@@ -134,12 +134,12 @@ class Auditor:
         ref = object_ref(obj)
         doc = dict(obj)
         try:
-            validated = self.engine.review(
+            validated = self.engine.decide(
                 AdmissionInput(object=doc, operation="CREATE"), mutate=False, now=now
             )
             if validated.workload is None or validated.workload.member:
                 return None
-            mutated = self.engine.review(
+            mutated = self.engine.decide(
                 AdmissionInput(object=doc, operation="CREATE"), validate=False, now=now
             )
         except TrainguardError as exc:

@@ -130,7 +130,7 @@ def decide_all(engine: Engine, docs: list[Document], namespace: str) -> list[Dec
 
 def decide_document(engine: Engine, doc: Document, namespace: str) -> Decision:
     try:
-        return engine.review(AdmissionInput(object=doc.data, namespace=namespace))
+        return engine.decide(AdmissionInput(object=doc.data, namespace=namespace))
     except InputError as exc:
         if exc.source is not None:
             raise

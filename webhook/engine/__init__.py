@@ -1,8 +1,9 @@
 """The engine's public face: everything a front door (webhook, CLI, review gate, policy tests,
 audit) and the tests outside ``tests/engine`` may import from the engine.
 
-The submodules are the engine's own business (load → compile → match → mutate → evaluate →
-decide, run by ``pipeline``); importing them from outside is refused by the layer contract in
+The submodules are the engine's own business (load → compile → adapt → for each phase, which
+policies apply, then their one program or the generic path → decide; ``pipeline`` runs it,
+``phase`` evaluates a phase); importing them from outside is refused by the layer contract in
 ``.importlinter``.
 """
 

@@ -20,6 +20,7 @@ VARIABLES = ("object", "oldObject", "request", "workload", "oldWorkload", "param
 # of them the request selects. Policies cannot name it: their sources compile without it first.
 SELECTED = "selected"
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAMES_VARIABLES = re.compile(r"\bvariables\b")
 
 
 class CelCompileError(Exception):
@@ -170,7 +171,7 @@ class CppBackend:
             variables=dict.fromkeys(VARIABLES, cel.Type.DYN),
             extensions=[ext_strings.ExtStrings()],
         )
-        self._bind_env: Any = None  # built on first use by compile_with_variables()
+        self._selected_env: Any = None  # with SELECTED declared: built on first use by compile_selected()
         self._restore_none = _none_restorer() if _leaks_none(self._env) else None
 
     def compile(self, expression: str) -> Program:
@@ -188,43 +189,59 @@ class CppBackend:
     def activation(self, data: Mapping[str, Any], constants: Any = None) -> Any:
         return self._env.Activation({**constants, **data} if constants else dict(data))
 
-    def folded_source(
+    def joined_source(
         self, conditions: Sequence[str], variables: Sequence[tuple[str, str]], body: str
     ) -> str | None:
-        """The source of a policy's whole evaluation as one program, or None when it cannot be
-        written as one.
+        """The source of one policy's item in a phase's program (compile_selected): its
+        conditions, variables and `body` as one expression; None when a variable's name is not
+        an identifier (it could not be a key written into the source).
 
         Each evaluation pays a few microseconds of the runtime's own overhead and, on the first
         evaluation of an activation, the conversion of what it reads; evaluating a policy's
         conditions, variables and checks one by one pays the overhead for each and, binding
-        `variables` with an activation per variable, the conversion again each time. The program
+        `variables` with an activation per variable, the conversion again each time. The item
         is `c1 ? (c2 ? … : []) : []` over the matchConditions (in order, each evaluated only when
         the ones before it held, and an error where a condition is not a bool), then `body` with
-        every variable bound by cel.bind (in order, each seeing the ones before it, each dyn() so
-        that `variables` type-checks as the dynamic map it is on the generic path). It returns
-        [] when a condition is false, else `[variables.size(), body]` (`[0, body]` without
-        variables): cel.bind is lazy and the first item forces every variable, so that a
-        variable that fails makes the whole result fail, as it does on the generic path.
-        Conditions stay outside the binding: they do not see the variables there either.
+        `variables` bound along a chain of maps, each holding the ones before it (each value
+        dyn(), so that `variables` type-checks as the dynamic map it is on the generic path):
+        `[{"a": dyn(A)}].map(variables, {"a": variables.a, "b": dyn(B)}).map(variables,
+        body)[0]` where B names `variables`, `[{"a": dyn(A), "b": dyn(B)}].map(variables,
+        body)[0]` where it does not. Every map's values are evaluated before the body, so that a
+        variable that fails makes the whole item fail, as it does on the generic path;
+        conditions stay outside the binding: they do not see the variables there either.
 
-        Only the engine's own rewriting uses cel.bind (a separate environment): policies cannot.
+        Not cel.bind: the runtime (cel-expr-python 0.1) evaluates a bind's value lazily, when the
+        name is first read, and takes the slot of a comprehension that stopped early
+        (`exists` that found its element) for an evaluated value: after
+        `workload.torchrun.exists(t, …)` in a condition, or in another policy of the same
+        program, `variables` was that comprehension's last element. A map comprehension binds
+        its variable on every iteration.
         """
         if not all(_IDENTIFIER.fullmatch(name) for name, _ in variables):
             return None
-        source = ("[variables.size(), (\n" if variables else "[0, (\n") + body + "\n)]"
-        for i in range(len(variables) - 1, -1, -1):
-            name, expression = variables[i]
-            earlier = ", ".join(f'"{n}": variables.{n}' for n, _ in variables[:i])
-            entries = (earlier + ", " if earlier else "") + f'"{name}": dyn(\n{expression}\n)'
-            source = f"cel.bind(variables, {{{entries}}}, {source})"
+        source = body
+        if variables:
+            steps: list[list[str]] = []  # the entries of each map along the chain
+            for i, (name, expression) in enumerate(variables):
+                # A variable whose source names `variables` (or only seems to) may read the ones
+                # before it: it starts a map of its own, which holds them all. The others join
+                # the current map: fewer steps, each a comprehension and a copy of the earlier.
+                if not steps or _NAMES_VARIABLES.search(expression):
+                    steps.append([f'"{n}": variables.{n}' for n, _ in variables[:i]])
+                steps[-1].append(f'"{name}": dyn(\n{expression}\n)')
+            maps = ["{" + ", ".join(entries) + "}" for entries in steps]
+            # each map a step of its own along one chain: nesting them would take a level of
+            # the parser's 32 per step
+            chain = "".join(f".map(variables, {m})" for m in maps[1:])
+            source = f"[{maps[0]}]{chain}.map(variables, {body})[0]"
         for condition in reversed(conditions):
             source = f"(\n{condition}\n) ? ({source}) : []"
         return source
 
-    def compile_selected(self, sources: Sequence[str | None]) -> Program | None:
-        """One program for several folded policies (folded_source): item i is policy i's value
-        when `SELECTED[i]` holds in the activation, else [] (always [] where the source is None);
-        None when it does not compile.
+    def compile_selected(self, sources: Sequence[str | None]) -> Program:
+        """One program for several policies' items (joined_source): item i is policy i's value
+        when `SELECTED[i]` holds in the activation, else [] (always [] where the source is None).
+        Raises CelCompileError where it does not compile (an item nested too deep).
 
         One evaluation per phase instead of one per policy saves the runtime's own overhead of
         each (about as much as a small policy's whole evaluation). It fails when any selected
@@ -235,21 +252,17 @@ class CppBackend:
             "[]" if source is None else f"{SELECTED}[{i}] ? (\n{source}\n) : []"
             for i, source in enumerate(sources)
         )
-        return self.compile_folded(f"[{body}]")
+        if self._selected_env is None:
+            from cel_expr_python.ext import ext_strings
 
-    def compile_folded(self, source: str) -> Program | None:
-        """A program of the engine's own rewriting (folded_source), None when it does not compile."""
-        if self._bind_env is None:
-            from cel_expr_python.ext import ext_bindings, ext_strings
-
-            self._bind_env = self._cel.NewEnv(
+            self._selected_env = self._cel.NewEnv(
                 variables=dict.fromkeys((*VARIABLES, SELECTED), self._cel.Type.DYN),
-                extensions=[ext_strings.ExtStrings(), ext_bindings.ExtBindings()],
+                extensions=[ext_strings.ExtStrings()],
             )
         try:
-            expr = self._bind_env.compile(source)
-        except RuntimeError:
-            return None
+            expr = self._selected_env.compile(f"[{body}]")
+        except RuntimeError as exc:
+            raise _cpp_compile_error(str(exc)) from None
         return _CppProgram(expr, self._cel.Type.ERROR, self._restore_none)
 
 

@@ -16,7 +16,8 @@ from typing import Any
 from webhook.config import PlatformConfig
 from webhook.context import Runtimes, context_objects, evictions
 from webhook.engine.compile import PolicySet
-from webhook.engine.pipeline import Engine, Exemption
+from webhook.engine.phase import Exemption
+from webhook.engine.pipeline import Engine
 
 
 @dataclass(frozen=True, slots=True)

@@ -98,22 +98,26 @@ class _Reader(FieldReader):
     def expression(self, value: Any, where: str) -> Expression:
         return Expression(self.string(value, where, required=True) or "", where)
 
-    def named_list(self, value: Any, where: str) -> tuple[NamedExpression, ...]:
+    def entries(self, value: Any, where: str, fields: set[str]) -> list[tuple[str, dict[str, Any]]]:
+        """A list field's entries, each a mapping of `fields` with the field path it stands at;
+        none where the list is absent."""
         if value is None:
-            return ()
+            return []
         if not isinstance(value, list):
             raise self.fail("must be a list", where)
+        return [
+            (f"{where}[{i}]", self.mapping(item, f"{where}[{i}]", fields)) for i, item in enumerate(value)
+        ]
+
+    def named_list(self, value: Any, where: str) -> tuple[NamedExpression, ...]:
         out = []
         seen: set[str] = set()
-        for i, item in enumerate(value):
-            item = self.mapping(item, f"{where}[{i}]", {"name", "expression"})
-            name = self.string(item.get("name"), f"{where}[{i}].name", required=True) or ""
+        for at, item in self.entries(value, where, {"name", "expression"}):
+            name = self.string(item.get("name"), f"{at}.name", required=True) or ""
             if name in seen:
-                raise self.fail(f"duplicate name {name!r}", f"{where}[{i}].name")
+                raise self.fail(f"duplicate name {name!r}", f"{at}.name")
             seen.add(name)
-            out.append(
-                NamedExpression(name, self.expression(item.get("expression"), f"{where}[{i}].expression"))
-            )
+            out.append(NamedExpression(name, self.expression(item.get("expression"), f"{at}.expression")))
         return tuple(out)
 
 
@@ -142,14 +146,8 @@ def _match(r: _Reader, raw: Any) -> Match:
 
 
 def _validations(r: _Reader, raw: Any) -> tuple[Validation, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise r.fail("must be a list", "spec.validations")
     out = []
-    for i, item in enumerate(raw):
-        where = f"spec.validations[{i}]"
-        v = r.mapping(item, where, _VALIDATION_FIELDS)
+    for where, v in r.entries(raw, "spec.validations", _VALIDATION_FIELDS):
         message_expr = v.get("messageExpression")
         field_expr = v.get("fieldExpression")
         out.append(
@@ -170,14 +168,8 @@ def _validations(r: _Reader, raw: Any) -> tuple[Validation, ...]:
 
 
 def _mutations(r: _Reader, raw: Any) -> tuple[Mutation, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise r.fail("must be a list", "spec.mutations")
     out = []
-    for i, item in enumerate(raw):
-        where = f"spec.mutations[{i}]"
-        m = r.mapping(item, where, {"name", "patchExpression"})
+    for where, m in r.entries(raw, "spec.mutations", {"name", "patchExpression"}):
         out.append(
             Mutation(
                 name=r.string(m.get("name"), f"{where}.name", required=True) or "",

@@ -1,12 +1,14 @@
-"""Does a policy apply to this workload? Small predicates, cheapest first, then matchConditions.
+"""Does a policy's `match` select this workload? Small predicates, cheapest first.
 
-`skip_reason()` returns None when the policy applies, else a short reason a report can show.
+`skip_reason()` returns None when it does, else a short reason a report can show. It is one part
+of phase.applicability (which adds the rule for Kueue-managed pods); matchConditions are CEL,
+evaluated with the rest of the policy.
 """
 
 from __future__ import annotations
 
 from webhook.engine.model import Match
-from webhook.workloads.model import Workload
+from webhook.workloads import Workload
 
 
 def skip_reason(m: Match, w: Workload, operation: str, namespace: str | None) -> str | None:

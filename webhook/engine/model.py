@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
-    from webhook.workloads.model import Workload
+    from webhook.workloads import Workload
 
 Mode = Literal["Enforce", "Warn", "Audit"]
 FailurePolicy = Literal["Fail", "Ignore"]

@@ -19,6 +19,12 @@ index that is not a number, another method) keeps it whole. A map that is iterat
 Reading the source rather than the checked AST: both runtimes give us an expression, neither
 exposes its AST in a stable form, and this over-approximates safely (a name that looks read is
 kept; nothing a policy reads is ever dropped).
+
+What it accepts: any source that compiled (policy_reads runs after compile.py). What it refuses
+to follow, it keeps whole, never drops: a chain that ends in anything but a field step, a
+literal index or a macro it knows (another method, an index that is not a literal, `.?x`), a
+bracket it cannot match, a variable used bare. Such a refusal costs conversion work on every
+request, never a wrong decision.
 """
 
 from __future__ import annotations

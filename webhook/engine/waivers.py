@@ -32,7 +32,7 @@ from typing import Any
 from webhook.documents import load_yaml_documents
 from webhook.errors import InputError, PolicyError
 from webhook.fieldreader import FieldReader, rfc3339, type_name
-from webhook.workloads.model import Workload
+from webhook.workloads import Workload
 
 API_VERSION = "trainguard.dev/v1alpha1"
 KIND = "PolicyException"

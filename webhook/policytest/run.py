@@ -53,7 +53,7 @@ class Runner:
         if case.skip is not None:
             return CaseResult(test, case, "skipped", case.skip)
         engine = self.engine(test)
-        decision = engine.review(
+        decision = engine.decide(
             AdmissionInput(
                 object=copy.deepcopy(case.resource.obj),
                 operation=test.operation,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.config import PlatformConfig
-from webhook.workloads.model import Workload
+from webhook.workloads import Workload
 
 SAVE_SECONDS = "trainguard.dev/checkpoint-save-seconds"
 CHECKPOINT_INTERVAL = "trainguard.dev/checkpoint-interval"

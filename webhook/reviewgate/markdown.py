@@ -14,7 +14,7 @@ import orjson
 from webhook.markdown_text import code, text
 from webhook.reviewgate.questions import Answer, Evidence, tier_source
 from webhook.reviewgate.report import FindingRecord, Report, WorkloadReview
-from webhook.workloads.model import Workload
+from webhook.workloads import Workload
 
 DECISIONS = {"denied": "❌ denied", "warnings": "⚠️ admitted with warnings", "admitted": "✅ admitted"}
 VERDICTS = {"ok": "✅ ok", "needs attention": "⚠️ needs attention", "not applicable": "➖ not applicable"}

@@ -26,7 +26,7 @@ from webhook.engine import (
 )
 from webhook.errors import InputError
 from webhook.reviewgate.questions import Answer, Facts, answer_all
-from webhook.workloads.model import Workload
+from webhook.workloads import Workload
 
 Level = Literal["deny", "warn", "audit", "exempt"]
 
@@ -127,7 +127,7 @@ def build_report(
 
 def _decide(engine: Engine, doc: Document, namespace: str, now: datetime) -> Decision:
     try:
-        return engine.review(AdmissionInput(object=doc.data, namespace=namespace), now=now)
+        return engine.decide(AdmissionInput(object=doc.data, namespace=namespace), now=now)
     except InputError as exc:
         if exc.source is not None:
             raise

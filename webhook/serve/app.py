@@ -396,7 +396,7 @@ def _decide(
     except Exception as exc:  # MemoryError, or a bug in the checks: still a 400, never a 500
         raise admission_review.ReviewError(f"cannot read the AdmissionReview: {type(exc).__name__}") from None
     try:
-        decision = engine.review(
+        decision = engine.decide(
             parsed.admission, mutate=endpoint.mutate, validate=endpoint.validate, timings=timings
         )
     except Deferred:

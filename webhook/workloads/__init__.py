@@ -1,6 +1,10 @@
 """Adapters: one module per workload API, each turning an object into the normalised Workload.
 
     build_workload(obj, ctx) -> Workload | None
+    workload_viewer(paths) -> a function rendering a Workload's CEL view with only those paths
+
+This module is the package's face: outside webhook.workloads, import only from here (the
+layer contract in .importlinter).
 
 `None` means the object is not a kind trainguard decides (a Service, a ClusterQueue, a
 TrainingRuntime, …). An object trainguard decides but cannot read (replicas "abc", a template that
@@ -27,11 +31,27 @@ from webhook.workloads import (
     volcano,
 )
 from webhook.workloads.classify import finish
-from webhook.workloads.draft import AdaptContext, Draft
-from webhook.workloads.model import Workload
+from webhook.workloads.draft import POD_GROUP_NAME, AdaptContext, Draft
+from webhook.workloads.model import (
+    Paths,
+    PodGroup,
+    TopologyConstraint,
+    View,
+    Workload,
+    compiled_viewer,
+)
 from webhook.workloads.torchrun import Deferred
 
-__all__ = ["AdaptContext", "Deferred", "build_workload"]
+__all__ = [
+    "POD_GROUP_NAME",
+    "AdaptContext",
+    "Deferred",
+    "PodGroup",
+    "TopologyConstraint",
+    "Workload",
+    "build_workload",
+    "workload_viewer",
+]
 
 _ADAPTERS: dict[tuple[str, str], Callable[[Draft], None]] = {
     ("kubeflow.org", "PyTorchJob"): pytorchjob.adapt,
@@ -63,3 +83,10 @@ def build_workload(obj: dict[str, Any], ctx: AdaptContext) -> Workload | None:
     draft = Draft.start(obj, ctx, info)
     _ADAPTERS[(info.group, info.kind)](draft)
     return finish(draft)
+
+
+def workload_viewer(paths: Paths) -> View:
+    """A function that renders a Workload's CEL view (Workload.view()) with only `paths`, in the
+    form engine/reads.py writes them ({} the whole value, a map the keys kept, "*" each element
+    of a list): made once per policy set, called on every admission."""
+    return compiled_viewer(Workload, paths)

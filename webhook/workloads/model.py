@@ -26,11 +26,17 @@ def _fast_init(cls: type[_T]) -> type[_T]:
     name up again): about 1,600 instructions a field, where the slot's own setter takes 1,000.
     Same signature, defaults and default factories; the instance stays frozen (its __setattr__
     still raises).
+
+    Accepts a frozen dataclass with slots, whose field names are identifiers (the generated
+    source holds only those and names made here); refuses anything else with TypeError, when
+    the module is imported.
     """
+    if not (is_dataclass(cls) and cls.__dataclass_params__.frozen and "__slots__" in cls.__dict__):  # type: ignore[attr-defined]
+        raise TypeError(f"_fast_init takes a frozen dataclass with slots, not {cls.__qualname__}")
     params: list[str] = []
     lines: list[str] = []
     names: dict[str, Any] = {"_FACTORY": _FACTORY}
-    for f in fields(cls):  # type: ignore[arg-type]
+    for f in fields(cls):
         setter = f"_set_{f.name}"
         names[setter] = cls.__dict__[f.name].__set__
         if f.default is not MISSING:
@@ -539,8 +545,12 @@ def compiled_viewer(cls: type, paths: Paths) -> View:
 
     The view of a workload is built on every admission, per phase. viewer() makes a call or
     two per value it renders; this writes the whole rendering, from the field types, as one
-    expression of nested dict displays and comprehensions, about half the work. Where a type
-    does not say enough (Any, a union), the generated code calls viewer() for that part.
+    expression of nested dict displays and comprehensions, about half the work.
+
+    Accepts a dataclass type and the paths to render. Refuses, returning viewer(paths), which
+    renders any value: no paths (the whole view), paths that iterate the value itself ("*"), a
+    type that is not a dataclass, field types that do not resolve (NameError). Within the
+    rendering, a part whose type does not say enough (Any, a union) is rendered by viewer().
     """
     if not paths or _ELEMENT in paths or _view_fields(cls) is None:
         return viewer(paths)

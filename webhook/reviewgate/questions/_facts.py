@@ -10,7 +10,7 @@ from typing import Any
 from webhook import fields
 from webhook.config import PlatformConfig
 from webhook.engine import PolicyResult
-from webhook.workloads.model import PodGroup, Workload
+from webhook.workloads import PodGroup, Workload
 
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 

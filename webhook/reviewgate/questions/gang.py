@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from webhook import fields
 from webhook.reviewgate.questions._facts import Described, Evidence, Facts, base, metadata_keys, pods
-from webhook.workloads.model import Workload
+from webhook.workloads import Workload
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 

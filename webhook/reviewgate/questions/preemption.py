@@ -11,7 +11,7 @@ from webhook.reviewgate.questions._facts import (
     base,
     priority_evidence,
 )
-from webhook.workloads.model import PodGroup, Workload
+from webhook.workloads import PodGroup, Workload
 
 TIER_LABEL = "trainguard.dev/tier"
 CHECKPOINT_KEYS = (

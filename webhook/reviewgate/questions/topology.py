@@ -6,7 +6,7 @@ from typing import Any
 
 from webhook import fields
 from webhook.reviewgate.questions._facts import Described, Evidence, Facts, as_list, base, metadata_keys
-from webhook.workloads.model import PodGroup, TopologyConstraint, Workload
+from webhook.workloads import PodGroup, TopologyConstraint, Workload
 
 TOPOLOGY_SLO = "trainguard.dev/topology-slo"
 
