@@ -13,6 +13,7 @@ first on sys.path, so that two trees' paths can be compared; nothing is timed.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import threading
@@ -27,13 +28,14 @@ def _app(tree: Path) -> Any:
     from webhook.config import load_config
     from webhook.engine import build_engine, load_policy_set
 
-    try:  # the server as a package
-        from webhook.serve.app import ServerState, create_app  # type: ignore[import-not-found]
+    # The server is a package (webhook.serve) from this tree on; older trees kept it at the top.
+    try:
+        app = importlib.import_module("webhook.serve.app")
     except ImportError:
-        from webhook.app import ServerState, create_app
-    state = ServerState()
+        app = importlib.import_module("webhook.app")
+    state = app.ServerState()
     state.install(build_engine(load_policy_set(), load_config()))
-    return create_app(state)
+    return app.create_app(state)
 
 
 def main() -> int:
