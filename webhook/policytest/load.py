@@ -82,12 +82,7 @@ def load_test_file(path: str | Path) -> PolicyTestFile:
     if len(docs) != 1:
         raise r.fail(f"a PolicyTest file holds exactly one document, found {len(docs)}")
     doc = r.mapping(docs[0].data, "(document)", _TOP_FIELDS)
-    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
-        raise r.fail(
-            f"expected apiVersion {API_VERSION} and kind {KIND}, "
-            f"got {doc.get('apiVersion')!r} / {doc.get('kind')!r}",
-            "kind",
-        )
+    r.document_kind(doc, API_VERSION, KIND, "kind")
     meta = r.mapping(doc.get("metadata"), "metadata", {"name", "labels", "annotations"})
     name = r.string(meta.get("name"), "metadata.name") or path.stem
     request = r.mapping(doc.get("request"), "request", _REQUEST_FIELDS)
