@@ -70,17 +70,17 @@ def _decision_json(decision: Any) -> dict[str, Any]:
 def child(out_path: str) -> int:
     """Decide every case with the `webhook` package on PYTHONPATH; write {case: JSON} to out_path."""
     tree = os.path.realpath(os.environ["PYTHONPATH"].split(os.pathsep)[0])
-    import common
+    import inputs
 
     import webhook
     from webhook.engine import AdmissionInput
 
     if not os.path.realpath(webhook.__file__).startswith(tree + os.sep):
         raise SystemExit(f"imported {webhook.__file__}, not the package of {tree}")
-    documents = common.corpus_documents() + [("big_training_pod", common.big_training_pod())]
+    documents = inputs.corpus_documents() + [("big_training_pod", inputs.big_training_pod())]
     cases: dict[str, str] = {}
     for backend in BACKENDS:
-        engine = common.engine_for(backend)
+        engine = inputs.engine_for(backend)
         for source, obj in documents:
             for namespace in NAMESPACES:
                 for way, spec in _case_inputs(obj, namespace):
