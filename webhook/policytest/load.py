@@ -1,4 +1,5 @@
-"""Finding PolicyTest files and reading them strictly: errors name file, document and field."""
+"""Finding PolicyTest files and reading them strictly: errors name the file and the field (a
+PolicyTest file holds one document; a resource file's errors name the document too)."""
 
 from __future__ import annotations
 
@@ -108,7 +109,6 @@ def load_test_file(path: str | Path) -> PolicyTestFile:
         user_info=dict(user_info),
         exceptions=_exceptions(r, doc.get("exceptions")),
         resources=resources,
-        old_resources=old,
         cases=cases,
         now=_now(r, doc.get("now")),
     )
