@@ -35,7 +35,6 @@ from tests.test_server_tls import (
     client_context,
     denied_by_gang,
     metric,
-    pod_files,
     read_response,
     running,
     served_process,
@@ -43,7 +42,6 @@ from tests.test_server_tls import (
     url,
     wait_for,
 )
-from webhook import certs
 from webhook.server import WebhookServer
 
 SLOW_POLICY = """\
@@ -80,17 +78,11 @@ def slow_review(containers: int, uid: str = UID) -> bytes:
     )
 
 
-@pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    return certs.make_ca()
-
-
 @pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    pod_files(tmp_path, ca)
-    (tmp_path / "slow").mkdir()
-    (tmp_path / "slow" / "slow.yaml").write_text(SLOW_POLICY)
-    return tmp_path
+def files(files: Path) -> Path:
+    (files / "slow").mkdir()
+    (files / "slow" / "slow.yaml").write_text(SLOW_POLICY)
+    return files
 
 
 @contextlib.contextmanager

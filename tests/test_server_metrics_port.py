@@ -21,24 +21,12 @@ from tests.test_server_tls import (
     client_context,
     denied_by_gang,
     free_port,
-    pod_files,
     serve_argv,
     served_process,
 )
-from webhook import certs
 from webhook.cli import main as cli_main
 
 ADMISSIONS = 12
-
-
-@pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    return certs.make_ca()
-
-
-@pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    return pod_files(tmp_path, ca)
 
 
 @contextlib.contextmanager

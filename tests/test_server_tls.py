@@ -28,7 +28,6 @@ from cryptography import x509
 
 from webhook import certs
 from webhook.cli import main as cli_main
-from webhook.engine import default_policies_dir
 from webhook.errors import PolicyError
 from webhook.server import ServerError, Settings, WebhookServer, build
 
@@ -88,27 +87,6 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT) -> 
 
 
 # -- certificates and files -----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    # One CA per module: every server and client of these tests trusts it.
-    return certs.make_ca()
-
-
-def pod_files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    """A directory as the pod sees it: certs/{ca.crt,ca.key,tls.crt,tls.key} and policies/."""
-    (tmp_path / "certs").mkdir()
-    (tmp_path / "certs" / "ca.crt").write_bytes(ca[0])
-    (tmp_path / "certs" / "ca.key").write_bytes(ca[1])
-    certs.write_bundle(tmp_path / "certs", hosts=["127.0.0.1", "localhost"], days=2)
-    shutil.copytree(default_policies_dir(), tmp_path / "policies")
-    return tmp_path
-
-
-@pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    return pod_files(tmp_path, ca)
 
 
 def settings_for(files: Path, **overrides: Any) -> Settings:
