@@ -87,6 +87,15 @@ class WebhookError(RuntimeError):
     """trainguard did not start, stop or answer as expected."""
 
 
+def webhook_configurations(certs: Path, url: str, config: Path) -> subprocess.CompletedProcess[str]:
+    """`trainguard webhook-config` for the server at `url`, as YAML: validating webhooks fail closed,
+    mutating ones open (the install's failure policies)."""
+    return trainguard(
+        *("webhook-config", "--certs", str(certs), "--url", url, "--config", str(config)),
+        *("--validating-failure-policy", "Fail", "--mutating-failure-policy", "Ignore", "-o", "yaml"),
+    )
+
+
 def trainguard(
     *args: str, input: str | None = None, timeout: float = 120.0
 ) -> subprocess.CompletedProcess[str]:
@@ -693,34 +702,20 @@ def admission(
         if control_plane.kubectl("get", "namespace", namespace, check=False).returncode != 0:
             control_plane.kubectl("create", "namespace", namespace)
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(priority_class_manifests()))
+    server = WebhookServer(
+        certs=webhook_certs,
+        config=platform_config,
+        kubeconfig=control_plane.kubeconfig,
+        log=workdir / "serve.log",
+    )
     # trainguard's own PolicyException CRD, so the webhook's exception cache has objects to watch.
     with exception_crd(control_plane):
-        server = WebhookServer(
-            certs=webhook_certs,
-            config=platform_config,
-            kubeconfig=control_plane.kubeconfig,
-            log=workdir / "serve.log",
-        )
         server.start()
         setup = Admission(control_plane, server, webhook_certs, platform_config, transcripts, workdir)
         try:
             server.wait_for_cluster_caches()
             rendered = _checked(
-                trainguard(
-                    "webhook-config",
-                    "--certs",
-                    str(webhook_certs),
-                    "--url",
-                    server.url,
-                    "--config",
-                    str(platform_config),
-                    "--validating-failure-policy",
-                    "Fail",
-                    "--mutating-failure-policy",
-                    "Ignore",
-                    "-o",
-                    "yaml",
-                ),
+                webhook_configurations(webhook_certs, server.url, platform_config),
                 "trainguard webhook-config",
             ).stdout
             (workdir / "webhook-configurations.yaml").write_text(rendered, encoding="utf-8")
