@@ -1,13 +1,16 @@
-"""Shared fixtures: the shared corpus of real upstream manifests, and engines on both CEL backends."""
+"""Shared fixtures: the shared corpus of real upstream manifests, engines on both CEL backends, and
+the files a served webhook reads (a CA per module, serving certificates, the shipped policies)."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from webhook import certs
 from webhook.config import PlatformConfig, load_config
 from webhook.engine import PolicySet, default_policies_dir, load_policy_set
 
@@ -80,3 +83,24 @@ def config() -> PlatformConfig:
 def policy_set(request: pytest.FixtureRequest) -> PolicySet:
     # Session scope: compiling the set is the expensive part, and a PolicySet is immutable.
     return load_policy_set([default_policies_dir()], request.param)
+
+
+@pytest.fixture(scope="module")
+def ca() -> tuple[bytes, bytes]:
+    # One CA per module: every server and client of its tests trusts it.
+    return certs.make_ca()
+
+
+def pod_files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
+    """A directory as the pod sees it: certs/{ca.crt,ca.key,tls.crt,tls.key} and policies/."""
+    (tmp_path / "certs").mkdir()
+    (tmp_path / "certs" / "ca.crt").write_bytes(ca[0])
+    (tmp_path / "certs" / "ca.key").write_bytes(ca[1])
+    certs.write_bundle(tmp_path / "certs", hosts=["127.0.0.1", "localhost"], days=2)
+    shutil.copytree(default_policies_dir(), tmp_path / "policies")
+    return tmp_path
+
+
+@pytest.fixture
+def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
+    return pod_files(tmp_path, ca)

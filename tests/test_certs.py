@@ -36,11 +36,6 @@ SERVICE_NAMES = [
 
 # Module-scoped: making a CA costs a key generation, and every test here only reads it.
 @pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    return certs.make_ca()
-
-
-@pytest.fixture(scope="module")
 def other_ca() -> tuple[bytes, bytes]:
     return certs.make_ca("someone-else")
 

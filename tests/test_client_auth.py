@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.test_server_tls import REVIEW, pod_files, running, settings_for, url, wait_for
+from tests.test_server_tls import REVIEW, running, settings_for, url, wait_for
 from webhook import certs
 from webhook.cli import main as cli_main
 from webhook.serve.server import WebhookServer, build
@@ -23,14 +23,8 @@ from webhook.serve.settings import ServerError
 CLIENT = "kube-apiserver"
 
 
-@pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    return certs.make_ca()
-
-
 @pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    files = pod_files(tmp_path, ca)
+def files(files: Path) -> Path:
     certs.write_client_cert(files / "certs", CLIENT, days=2)
     return files
 

@@ -36,7 +36,7 @@ def test_embedded_defaults_match_the_design() -> None:
         60,
     )
     assert config.raw["queues"]["namespaces"] == {}
-    assert (config.pool_label_key, config.training_pool, config.inference_pool) == (
+    assert (config.pool_label_key, config.raw["pools"]["training"], config.raw["pools"]["inference"]) == (
         "trainguard.dev/pool",
         "training",
         "inference",

@@ -15,11 +15,9 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.test_server_tls import (  # noqa: F401  (ca and files are fixtures)
+from tests.test_server_tls import (
     UID,
-    ca,
     client_context,
-    files,
     metric,
     running,
     serve_argv,
@@ -121,7 +119,7 @@ def test_well_typed_config_loads(tmp_path: Path) -> None:
     assert config.raw["recovery"]["tiers"]["preemptible"]["cooldownSeconds"] == 600
 
 
-def test_serve_refuses_to_start_with_a_mistyped_config(files: Path) -> None:  # noqa: F811
+def test_serve_refuses_to_start_with_a_mistyped_config(files: Path) -> None:
     path = write(files, "tiers: {values: 5}\n")
     argv = [*serve_argv(files, "--config", str(path)), "--port", "0"]
     # A process of its own: its exit code and stderr are what an operator sees.
@@ -133,7 +131,7 @@ def test_serve_refuses_to_start_with_a_mistyped_config(files: Path) -> None:  # 
     assert "Traceback" not in served.stderr
 
 
-def test_a_reload_to_a_mistyped_config_keeps_the_last_good_one(files: Path) -> None:  # noqa: F811
+def test_a_reload_to_a_mistyped_config_keeps_the_last_good_one(files: Path) -> None:
     config = write(files, "excludedNamespaces: [research]\n")
     with (
         running(settings_for(files, config=str(config))) as server,

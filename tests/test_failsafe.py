@@ -20,14 +20,12 @@ import pytest
 from tests.test_server_tls import (
     client_context,
     metric,
-    pod_files,
     running,
     settings_for,
     url,
     validate,
     wait_for,
 )
-from webhook import certs
 from webhook.cli import main as cli_main
 from webhook.engine import default_policies_dir
 from webhook.errors import PolicyError
@@ -46,17 +44,6 @@ spec:
     - expression: "1 / (size(object.metadata.name) - size(object.metadata.name)) == 0"
       message: never reached
 """
-
-
-@pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    return certs.make_ca()
-
-
-@pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    pod_files(tmp_path, ca)
-    return tmp_path
 
 
 def _empty_dir(root: Path) -> Path:

@@ -107,24 +107,25 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
     return manifests, config
 
 
-def through_check(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+def through_cli(
+    command: str, records: str, files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]
+) -> list[dict[str, Any]]:
+    """The Pod's patch in `trainguard COMMAND -o json`'s list of `records`."""
     manifests, config = files
-    code = main(["check", "--config", str(config), "-o", "json", str(manifests)])
+    code = main([command, "--config", str(config), "-o", "json", str(manifests)])
     out = capsys.readouterr().out
     assert code == 0, out
-    (record,) = [r for r in json.loads(out)["results"] if r["kind"] == "Pod"]
+    (record,) = [r for r in json.loads(out)[records] if r["kind"] == "Pod"]
     ops: list[dict[str, Any]] = record["patch"]
     return ops
+
+
+def through_check(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    return through_cli("check", "results", files, capsys)
 
 
 def through_review(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
-    manifests, config = files
-    code = main(["review", "--config", str(config), "-o", "json", str(manifests)])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    (record,) = [r for r in json.loads(out)["reviews"] if r["kind"] == "Pod"]
-    ops: list[dict[str, Any]] = record["patch"]
-    return ops
+    return through_cli("review", "reviews", files, capsys)
 
 
 def through_webhook(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:

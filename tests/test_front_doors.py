@@ -89,6 +89,11 @@ UNREADABLE = [
     pytest.param(
         pod(finalizers=[{"a": 1}]), "metadata.finalizers[0]", "must be a string", id="finalizer-map"
     ),
+    pytest.param(
+        pod(managedFields=["f"]), "metadata.managedFields[0]", "must be a mapping", id="managed-field-string"
+    ),
+    pytest.param(pod(generation=True), "metadata.generation", "must be an integer", id="generation-boolean"),
+    pytest.param(pod(uid=False), "metadata.uid", "must be a string", id="uid-boolean"),
     pytest.param({**pod(), "metadata": ["p"]}, "metadata", "must be a mapping", id="metadata-list"),
     pytest.param(nested(990), "spec.extra.a.a", f"nested deeper than {MAX_DEPTH} levels", id="990-deep"),
     pytest.param(

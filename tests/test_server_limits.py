@@ -16,7 +16,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,22 +27,21 @@ import httpx
 import orjson
 import pytest
 
+from tests.test_server_metrics_port import validate_count
 from tests.test_server_tls import (
-    REPO,
     REVIEW,
     UID,
     WAIT,
     client_context,
     denied_by_gang,
     metric,
-    pod_files,
     read_response,
     running,
+    served_process,
     settings_for,
     url,
     wait_for,
 )
-from webhook import certs
 from webhook.serve.server import WebhookServer
 
 SLOW_POLICY = """\
@@ -80,17 +78,11 @@ def slow_review(containers: int, uid: str = UID) -> bytes:
     )
 
 
-@pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    return certs.make_ca()
-
-
 @pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    pod_files(tmp_path, ca)
-    (tmp_path / "slow").mkdir()
-    (tmp_path / "slow" / "slow.yaml").write_text(SLOW_POLICY)
-    return tmp_path
+def files(files: Path) -> Path:
+    (files / "slow").mkdir()
+    (files / "slow" / "slow.yaml").write_text(SLOW_POLICY)
+    return files
 
 
 @contextlib.contextmanager
@@ -449,26 +441,13 @@ def test_a_full_server_answers_429_with_retry_after(files: Path) -> None:
 def test_sigterm_with_a_slow_decision_in_flight_exits_within_the_grace_period(
     files: Path, workers: int
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    argv = [
-        *(sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", str(port)),
-        *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
-        *("--policies", str(files / "slow"), "--cel", "cel-python", "--workers", str(workers)),
-        *("--shutdown-delay", "0.5", "--graceful-timeout", "2", "--request-budget", "60"),
-    ]
-    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
     grace = 10.0  # what a Deployment would give it here
-    try:
-        with httpx.Client(verify=client_context(files), timeout=1) as client:
-
-            def ready() -> bool:
-                with contextlib.suppress(httpx.HTTPError):
-                    return client.get(f"https://127.0.0.1:{port}/readyz").status_code == 200
-                return False
-
-            wait_for(ready, "the served process to be ready", timeout=30)
+    with served_process(
+        files,
+        *("--cel", "cel-python", "--workers", str(workers)),
+        *("--shutdown-delay", "0.5", "--graceful-timeout", "2", "--request-budget", "60"),
+        policies="slow",
+    ) as (process, port):
         answers: list[Any] = []
 
         def slow() -> None:
@@ -491,41 +470,17 @@ def test_sigterm_with_a_slow_decision_in_flight_exits_within_the_grace_period(
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=grace)
         took = time.monotonic() - asked
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0, stderr[-2000:]
     assert took < grace
     messages = [orjson.loads(line)["msg"] for line in stderr.splitlines() if line.startswith("{")]
     assert "shutdown requested: not ready, still serving" in messages
 
 
-def _two_workers(files: Path) -> tuple[list[str], int]:
-    """`trainguard serve --workers 2` on a free port of 127.0.0.1, and that port."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    argv = [
-        *(sys.executable, "-m", "webhook", "serve", "--host", "127.0.0.1", "--port", str(port)),
-        *("--workers", "2", "--policies", str(files / "policies"), "--shutdown-delay", "0"),
-        *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
-    ]
-    return argv, port
+TWO_WORKERS = ("--workers", "2", "--shutdown-delay", "0")
 
 
 def test_workers_stop_when_their_supervisor_is_killed(files: Path) -> None:
-    argv, port = _two_workers(files)
-    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.DEVNULL)
-    try:
-        with httpx.Client(verify=client_context(files), timeout=1) as client:
-
-            def ready() -> bool:
-                with contextlib.suppress(httpx.HTTPError):
-                    return client.get(f"https://127.0.0.1:{port}/readyz").status_code == 200
-                return False
-
-            wait_for(ready, "the served process to be ready", timeout=30)
+    with served_process(files, *TWO_WORKERS, stderr=subprocess.DEVNULL) as (process, _):
         children_file = Path(f"/proc/{process.pid}/task/{process.pid}/children")
         workers = wait_for(lambda: [int(p) for p in children_file.read_text().split()], "the workers")
         assert len(workers) == 2
@@ -536,10 +491,6 @@ def test_workers_stop_when_their_supervisor_is_killed(files: Path) -> None:
             return not any(Path(f"/proc/{pid}").exists() for pid in workers)
 
         wait_for(gone, "the workers to stop")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 def large_slow_review(containers: int, pad: int) -> bytes:
@@ -576,20 +527,8 @@ def test_large_bodies_share_a_byte_budget_and_small_ones_pass(files: Path) -> No
 
 
 def test_with_two_workers_every_scrape_counts_every_admission(files: Path) -> None:
-    argv, port = _two_workers(files)
-    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
-    base = f"https://127.0.0.1:{port}"
-    try:
-
-        def ready() -> bool:
-            with (
-                contextlib.suppress(httpx.HTTPError),
-                httpx.Client(verify=client_context(files), timeout=1) as c,
-            ):
-                return c.get(f"{base}/readyz").status_code == 200
-            return False
-
-        wait_for(ready, "the served process to be ready", timeout=30)
+    with served_process(files, *TWO_WORKERS) as (process, port):
+        base = f"https://127.0.0.1:{port}"
         for _ in range(12):  # a new connection each: the kernel spreads them over the workers
             with httpx.Client(verify=client_context(files), timeout=WAIT) as client:
                 answer = client.post(
@@ -602,19 +541,10 @@ def test_with_two_workers_every_scrape_counts_every_admission(files: Path) -> No
                 scrapes.append(client.get(f"{base}/metrics").text)
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=WAIT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0, stderr[-2000:]
     pids = {orjson.loads(line).get("worker") for line in stderr.splitlines() if '"admission"' in line}
     for text in scrapes:
-        counted = sum(
-            float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines()
-            if line.startswith("trainguard_admission_requests_total{") and 'endpoint="validate"' in line
-        )
-        assert counted == 12, text
+        assert validate_count(text) == 12, text
         ready_lines = [line for line in text.splitlines() if line.startswith("trainguard_ready")]
         assert ready_lines and all(line.endswith(" 1.0") for line in ready_lines), ready_lines
     assert pids  # the admission log lines say which worker decided

@@ -8,7 +8,6 @@ import contextlib
 import signal
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,63 +16,28 @@ import orjson
 import pytest
 
 from tests.test_server_tls import (
-    REPO,
     REVIEW,
     WAIT,
     client_context,
     denied_by_gang,
-    pod_files,
+    free_port,
     serve_argv,
-    wait_for,
+    served_process,
 )
-from webhook import certs
 from webhook.cli import main as cli_main
 
 ADMISSIONS = 12
 
 
-@pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    return certs.make_ca()
-
-
-@pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    return pod_files(tmp_path, ca)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.contextmanager
 def served(files: Path, *extra: str) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     """`trainguard serve --metrics-port` as its own process, ready; yields it, its port, its metrics port."""
-    port, metrics_port = free_port(), free_port()
-    argv = [
-        *(sys.executable, "-m", "webhook"),
-        *serve_argv(files, "--port", str(port), "--metrics-port", str(metrics_port)),
-        *("--shutdown-delay", "0", *extra),
-    ]
-    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
-    try:
-
-        def ready() -> bool:
-            with (
-                contextlib.suppress(httpx.HTTPError),
-                httpx.Client(verify=client_context(files), timeout=1) as c,
-            ):
-                return c.get(f"https://127.0.0.1:{port}/readyz").status_code == 200
-            return False
-
-        wait_for(ready, "the served process to be ready", timeout=30)
+    metrics_port = free_port()
+    with served_process(files, "--metrics-port", str(metrics_port), "--shutdown-delay", "0", *extra) as (
+        process,
+        port,
+    ):
         yield process, port, metrics_port
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 def validate_count(scrape: str) -> float:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,10 +22,8 @@ import httpx
 import orjson
 import pytest
 
-from tests.test_server_tls import REPO, REVIEW, WAIT, ca, client_context, denied_by_gang, pod_files
+from tests.test_server_tls import REPO, REVIEW, WAIT, client_context, denied_by_gang, free_port
 from webhook.serve.workers import default_workers, usable_workers
-
-__all__ = ["ca"]  # the module's CA fixture, shared with test_server_tls
 
 CPUS = default_workers()
 # Generous: a loaded CI machine starts Python, compiles the policy set and forks slowly.
@@ -107,9 +104,8 @@ MOMENTS = [
 @pytest.mark.skipif(CPUS < 2, reason="several workers need at least two usable CPUs")
 @pytest.mark.parametrize(("moment", "after"), MOMENTS)
 def test_sigterm_at_any_moment_of_the_start_exits_0(
-    tmp_path: Path, ca: tuple[bytes, bytes], moment: Callable[[list[str]], bool], after: float
+    files: Path, moment: Callable[[list[str]], bool], after: float
 ) -> None:
-    files = pod_files(tmp_path, ca)
     with served(files, "--workers", "2") as (process, log):
         log.wait(moment, "the moment to stop it")
         # Not a race the test depends on: every moment must give the same outcome.
@@ -124,10 +120,7 @@ def test_sigterm_at_any_moment_of_the_start_exits_0(
 
 
 @pytest.mark.skipif(CPUS < 2, reason="one worker is served without a supervisor")
-def test_workers_beyond_the_usable_cpus_are_capped_with_a_warning(
-    tmp_path: Path, ca: tuple[bytes, bytes]
-) -> None:
-    files = pod_files(tmp_path, ca)
+def test_workers_beyond_the_usable_cpus_are_capped_with_a_warning(files: Path) -> None:
     with served(files, "--workers", str(CPUS + 3)) as (process, log):
         log.wait(lambda lines: any('"workers started"' in line for line in lines), "the workers")
         started = next(orjson.loads(line) for line in log.lines if '"workers started"' in line)
@@ -165,11 +158,8 @@ def test_usable_workers(
 
 
 @pytest.mark.skipif(CPUS < 2, reason="several workers need at least two usable CPUs")
-def test_recycled_workers_fail_no_request(tmp_path: Path, ca: tuple[bytes, bytes]) -> None:
-    files = pod_files(tmp_path, ca)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def test_recycled_workers_fail_no_request(files: Path) -> None:
+    port = free_port()
     answers: list[int | str] = []
     lock = threading.Lock()
     with served(files, "--workers", "2", "--recycle-after", "40", "--port", str(port)) as (process, log):

@@ -28,7 +28,6 @@ from cryptography import x509
 
 from webhook import certs
 from webhook.cli import main as cli_main
-from webhook.engine import default_policies_dir
 from webhook.errors import PolicyError
 from webhook.serve.server import WebhookServer, build
 from webhook.serve.settings import ServerError, Settings
@@ -91,27 +90,6 @@ def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT) -> 
 # -- certificates and files -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def ca() -> tuple[bytes, bytes]:
-    # One CA per module: every server and client of these tests trusts it.
-    return certs.make_ca()
-
-
-def pod_files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    """A directory as the pod sees it: certs/{ca.crt,ca.key,tls.crt,tls.key} and policies/."""
-    (tmp_path / "certs").mkdir()
-    (tmp_path / "certs" / "ca.crt").write_bytes(ca[0])
-    (tmp_path / "certs" / "ca.key").write_bytes(ca[1])
-    certs.write_bundle(tmp_path / "certs", hosts=["127.0.0.1", "localhost"], days=2)
-    shutil.copytree(default_policies_dir(), tmp_path / "policies")
-    return tmp_path
-
-
-@pytest.fixture
-def files(tmp_path: Path, ca: tuple[bytes, bytes]) -> Path:
-    return pod_files(tmp_path, ca)
-
-
 def settings_for(files: Path, **overrides: Any) -> Settings:
     base = Settings(
         tls_cert=str(files / "certs" / "tls.crt"),
@@ -134,12 +112,50 @@ def client_context(files: Path, **versions: ssl.TLSVersion) -> ssl.SSLContext:
     return ctx
 
 
-def serve_argv(files: Path, *extra: str) -> list[str]:
+def serve_argv(files: Path, *extra: str, policies: str = "policies") -> list[str]:
     return [
-        *("serve", "--host", "127.0.0.1", "--policies", str(files / "policies")),
+        *("serve", "--host", "127.0.0.1", "--policies", str(files / policies)),
         *("--tls-cert", str(files / "certs" / "tls.crt"), "--tls-key", str(files / "certs" / "tls.key")),
         *extra,
     ]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def served_process(
+    files: Path, *extra: str, policies: str = "policies", stderr: int | None = subprocess.PIPE
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """`trainguard serve` as its own process on a free port, once its /readyz answers 200; yields it
+    and the port, and kills it at the end if it still runs."""
+    port = free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "webhook",
+        *serve_argv(files, "--port", str(port), *extra, policies=policies),
+    ]
+    process = subprocess.Popen(argv, cwd=REPO, stderr=stderr, text=True)
+    try:
+
+        def ready() -> bool:
+            with (
+                contextlib.suppress(httpx.HTTPError),
+                httpx.Client(verify=client_context(files), timeout=1) as client,
+            ):
+                return client.get(f"https://127.0.0.1:{port}/readyz").status_code == 200
+            return False
+
+        wait_for(ready, "the served process to be ready", timeout=30)
+        yield process, port
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
 # -- a running server -----------------------------------------------------------------------------
@@ -616,31 +632,9 @@ def test_graceful_shutdown_turns_not_ready_keeps_serving_then_drains(files: Path
 
 
 def test_sigterm_stops_the_served_process_cleanly(files: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    argv = [
-        sys.executable,
-        "-m",
-        "webhook",
-        *serve_argv(files, "--port", str(port), "--shutdown-delay", "0.3"),
-    ]
-    process = subprocess.Popen(argv, cwd=REPO, stderr=subprocess.PIPE, text=True)
-    try:
-        with httpx.Client(verify=client_context(files), timeout=1) as client:
-
-            def ready() -> bool:
-                with contextlib.suppress(httpx.HTTPError):
-                    return client.get(f"https://127.0.0.1:{port}/readyz").status_code == 200
-                return False
-
-            wait_for(ready, "the served process to be ready", timeout=30)
+    with served_process(files, "--shutdown-delay", "0.3") as (process, _):
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=WAIT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
     assert process.returncode == 0, stderr
     messages = [orjson.loads(line)["msg"] for line in stderr.splitlines() if line.startswith("{")]
     assert messages.index("shutdown requested: not ready, still serving") < messages.index("stopped")

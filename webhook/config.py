@@ -48,14 +48,6 @@ class PlatformConfig:
         return str(self.raw["pools"]["taintKey"])
 
     @property
-    def training_pool(self) -> str:
-        return str(self.raw["pools"]["training"])
-
-    @property
-    def inference_pool(self) -> str:
-        return str(self.raw["pools"]["inference"])
-
-    @property
     def accelerators(self) -> tuple[str, ...]:
         """Extended resource names (or prefixes ending in "*") that count as GPUs."""
         return tuple(self.raw["accelerators"])

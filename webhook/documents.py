@@ -585,12 +585,20 @@ def _deeper_than(value: Any, levels: int) -> bool:
     return True
 
 
-# ObjectMeta's fields by the type the API server holds them to (null stands for absent).
-_META_STRINGS = ("name", "generateName", "namespace", "uid", "resourceVersion", "selfLink")
-_META_TIMES = ("creationTimestamp", "deletionTimestamp")
-_META_INTEGERS = ("generation", "deletionGracePeriodSeconds")
+# ObjectMeta's fields by the type the API server holds them to (null stands for absent): the
+# fields of one value, of a mapping of strings, and of a list (with the type of its entries).
+# YAML reads an unquoted RFC 3339 time as a timestamp (a datetime.date).
+_META_SCALARS: tuple[tuple[tuple[str, ...], type | tuple[type, ...], str], ...] = (
+    (("name", "generateName", "namespace", "uid", "resourceVersion", "selfLink"), str, "a string"),
+    (("creationTimestamp", "deletionTimestamp"), (str, datetime.date), "an RFC 3339 time string"),
+    (("generation", "deletionGracePeriodSeconds"), int, "an integer"),
+)
 _META_STRING_MAPS = ("labels", "annotations")
-_META_LISTS_OF_MAPPINGS = ("ownerReferences", "managedFields")
+_META_LISTS = (
+    ("ownerReferences", dict, "mapping"),
+    ("managedFields", dict, "mapping"),
+    ("finalizers", str, "string"),
+)
 
 
 def check_metadata(
@@ -621,45 +629,28 @@ def check_metadata(
         return
     if not isinstance(meta, dict):
         raise refuse("", "a mapping", meta)
-    for key in _META_STRINGS:
-        value = meta.get(key)
-        if value is not None and not isinstance(value, str):
-            raise refuse(key, "a string", value)
-    for key in _META_TIMES:
-        value = meta.get(key)  # YAML reads an unquoted RFC 3339 time as a timestamp
-        if value is not None and not isinstance(value, str | datetime.date):
-            raise refuse(key, "an RFC 3339 time string", value)
-    for key in _META_INTEGERS:
-        value = meta.get(key)
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise refuse(key, "an integer", value)
+    fields: dict[str, Any] = meta
+
+    def typed(key: str, kind: type | tuple[type, ...], expected: str) -> Any:
+        value = fields.get(key)
+        # No field of ObjectMeta is a boolean, though Python counts one as an int.
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kind)):
+            raise refuse(key, expected, value)
+        return value
+
+    for keys, kind, expected in _META_SCALARS:
+        for key in keys:
+            typed(key, kind, expected)
     for key in _META_STRING_MAPS:
-        value = meta.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise refuse(key, "a mapping of strings to strings", value)
-        for k, v in value.items():
+        for k, v in (typed(key, dict, "a mapping of strings to strings") or {}).items():
             if not isinstance(k, str):
                 raise refuse(f"{key}.{k}", "a string key", k)
             if not isinstance(v, str):
                 raise refuse(f"{key}.{k}", 'a string (quote it: "…")', v)
-    for key in _META_LISTS_OF_MAPPINGS:
-        value = meta.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise refuse(key, "a list of mappings", value)
-        for i, item in enumerate(value):
-            if not isinstance(item, dict):
-                raise refuse(f"{key}[{i}]", "a mapping", item)
-    finalizers = meta.get("finalizers")
-    if finalizers is not None:
-        if not isinstance(finalizers, list):
-            raise refuse("finalizers", "a list of strings", finalizers)
-        for i, item in enumerate(finalizers):
-            if not isinstance(item, str):
-                raise refuse(f"finalizers[{i}]", "a string", item)
+    for key, entry_type, entry in _META_LISTS:
+        for i, item in enumerate(typed(key, list, f"a list of {entry}s") or ()):
+            if not isinstance(item, entry_type):
+                raise refuse(f"{key}[{i}]", f"a {entry}", item)
 
 
 def _type_name(value: Any) -> str:

@@ -38,17 +38,13 @@ class InputError(TrainguardError):
         super().__init__(self.describe())
 
     def describe(self) -> str:
-        where = []
-        if self.source is not None:
-            where.append(self.source)
-        if self.document is not None:
-            where.append(f"document {self.document}")
-        if self.line is not None:
-            where.append(f"line {self.line}")
-        if self.field:
-            where.append(f"field {self.field}")
-        prefix = ", ".join(where)
-        return f"{prefix}: {self.message}" if prefix else self.message
+        return _located(
+            self.message,
+            self.source,
+            None if self.document is None else f"document {self.document}",
+            None if self.line is None else f"line {self.line}",
+            f"field {self.field}" if self.field else None,
+        )
 
 
 class DuplicateKeyError(InputError):
@@ -70,9 +66,14 @@ class PolicyError(TrainguardError):
         self.path = path
         self.policy = policy
         self.position = position
-        where = [p for p in (path, f"policy {policy}" if policy else None, position) if p]
-        super().__init__(f"{', '.join(where)}: {message}" if where else message)
+        super().__init__(_located(message, path, f"policy {policy}" if policy else None, position))
 
 
 class ConfigError(TrainguardError):
     """A PlatformConfig file that does not load."""
+
+
+def _located(message: str, *where: str | None) -> str:
+    """The message after the places it concerns (the ones known), as "file, document 2: message"."""
+    prefix = ", ".join(w for w in where if w)
+    return f"{prefix}: {message}" if prefix else message

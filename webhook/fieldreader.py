@@ -48,6 +48,15 @@ class FieldReader:
     def fail(self, message: str, field: str) -> Exception:
         raise NotImplementedError
 
+    def document_kind(self, doc: dict[str, Any], api_version: str, kind: str, field: str) -> None:
+        """Refuse a document of another apiVersion or kind, naming both as written."""
+        if doc.get("apiVersion") != api_version or doc.get("kind") != kind:
+            raise self.fail(
+                f"expected apiVersion {api_version} and kind {kind}, "
+                f"got {doc.get('apiVersion')!r} / {doc.get('kind')!r}",
+                field,
+            )
+
     def mapping(
         self, value: Any, field: str, allowed: set[str] | None = None, *, required: bool = False
     ) -> dict[str, Any]:

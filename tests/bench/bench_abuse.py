@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import http.client
 import json
 import os
 import select
@@ -49,57 +48,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import common
+import inputs
+import measure
 import servers
-from common import log, table
+from clients import KeepAlive
+from measure import log, table
+from process_memory import Sampler, pss_kib
 
 MiB = 1024 * 1024
-
-
-# -- the server's memory ---------------------------------------------------------------------------
-
-
-def tree(pid: int) -> list[int]:
-    out = [pid]
-    with contextlib.suppress(OSError):
-        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
-            out += tree(int(child))
-    return out
-
-
-def rss_kib(pid: int) -> int:
-    """Proportional set size (Pss) summed over the process tree: pages the forked workers still
-    share with the supervisor count once, as the container's memory cgroup counts them."""
-    total = 0
-    for p in tree(pid):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1])
-    return total
-
-
-class Sampler:
-    """Peak summed RSS while the `with` block runs (every 20 ms, bounded by the block)."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.peak = 0
-        self._stop = threading.Event()
-
-    def __enter__(self) -> Sampler:
-        self.peak = rss_kib(self.pid)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, rss_kib(self.pid))
+# How often the peak of the server's memory is read while a probe runs.
+PEAK_EVERY = 0.02
 
 
 # -- clients ----------------------------------------------------------------------------------------
@@ -115,15 +73,6 @@ def post_head(length: int) -> bytes:
         b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n" % length
     )
-
-
-def request(
-    conn: http.client.HTTPSConnection, method: str, path: str, body: bytes | None = None
-) -> tuple[int, bytes]:
-    headers = {"content-type": "application/json"} if body is not None else {}
-    conn.request(method, path, body=body, headers=headers)
-    response = conn.getresponse()
-    return response.status, response.read()
 
 
 def closed_within(socks: list[ssl.SSLSocket], seconds: float, trickle: bytes | None = None) -> list[float]:
@@ -163,17 +112,14 @@ def closed_within(socks: list[ssl.SSLSocket], seconds: float, trickle: bytes | N
 
 
 def poll_healthz(port: int, ctx: ssl.SSLContext, seconds: list[float], done: threading.Event) -> None:
-    """GET /healthz every 50 ms until `done` (at most 2,000 times), appending each call's seconds."""
-    conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-    while not done.is_set() and len(seconds) < 2000:
-        t = time.perf_counter()
-        try:
-            request(conn, "GET", "/healthz")
-        except (OSError, http.client.HTTPException):  # a timeout is a figure too: the 30 s waited
-            conn.close()
-            conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-        seconds.append(time.perf_counter() - t)
-        time.sleep(0.05)
+    """GET /healthz every 50 ms until `done` (at most 2,000 times), appending each call's seconds
+    (a timeout is a figure too: the 30 s waited)."""
+    with KeepAlive(port, ctx, timeout=30) as conn:
+        while not done.is_set() and len(seconds) < 2000:
+            t = time.perf_counter()
+            conn.call("GET", "/healthz")
+            seconds.append(time.perf_counter() - t)
+            time.sleep(0.05)
 
 
 def big_pod_review(target: int = 1_400_000) -> bytes:
@@ -184,7 +130,7 @@ def big_pod_review(target: int = 1_400_000) -> bytes:
         "metadata": {"name": "wrapped", "namespace": "ml", "labels": {"trainguard.dev/role": "training"}},
         "spec": {"containers": [{"name": "t", "image": "x", "command": [*words, "torchrun", "train.py"]}]},
     }
-    return json.dumps(common.admission_review(pod, namespace="ml"), separators=(",", ":")).encode()
+    return inputs.review_body(pod, namespace="ml")
 
 
 def nested_blocks_review(target: int = 3_000_000) -> bytes:
@@ -204,14 +150,10 @@ def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int, body: bytes | None =
     healthz: list[float] = []
     done = threading.Event()
     poller = threading.Thread(target=poll_healthz, args=(port, ctx, healthz, done), daemon=True)
-    with Sampler(pid) as mem:
+    with Sampler(pid, PEAK_EVERY) as mem, KeepAlive(port, ctx, timeout=120) as conn:
         poller.start()
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=120)
         start = time.perf_counter()
-        try:
-            status, answer = request(conn, "POST", "/validate", body)
-        except (OSError, http.client.HTTPException):
-            status, answer = -1, b"{}"
+        status, answer = conn.call("POST", "/validate", body)
         seconds = time.perf_counter() - start
         done.set()
         poller.join(30)
@@ -222,9 +164,9 @@ def probe_big_pod(port: int, ctx: ssl.SSLContext, pid: int, body: bytes | None =
         "allowed": response.get("allowed"),
         "answer_s": round(seconds, 3),
         "healthz_max_s": round(max(healthz, default=float("nan")), 3),
-        "healthz_median_s": round(common.median(healthz), 3) if healthz else None,
+        "healthz_median_s": round(measure.median(healthz), 3) if healthz else None,
         "healthz_n": len(healthz),
-        "peak_rss_MiB": round(mem.peak / 1024, 1),
+        "peak_rss_MiB": round(mem.peak_pss / 1024, 1),
     }
 
 
@@ -261,17 +203,13 @@ def _slow_small_reviews(limit: int = 63 * 1024) -> list[bytes]:
     for shape in shapes:
         n = limit // 2
         while True:  # grow to just under the limit
-            body = json.dumps(
-                common.admission_review(shape(n), namespace="ml"), separators=(",", ":")
-            ).encode()
+            body = inputs.review_body(shape(n), namespace="ml")
             if len(body) > limit * 0.95:
                 break
             n = int(n * 1.05)
         while len(body) > limit:
             n = int(n * 0.98)
-            body = json.dumps(
-                common.admission_review(shape(n), namespace="ml"), separators=(",", ":")
-            ).encode()
+            body = inputs.review_body(shape(n), namespace="ml")
         out.append(body)
     return out
 
@@ -280,25 +218,20 @@ def probe_small_slow(port: int, ctx: ssl.SSLContext, clients: int, seconds: floa
     bodies = _slow_small_reviews()
     healthz: list[float] = []
     answers: list[float] = []
-    statuses: dict[int, int] = {}
+    statuses: dict[int | str, int] = {}
     done = threading.Event()
     lock = threading.Lock()
 
     def post(i: int) -> None:
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-        k = i
-        while not done.is_set():
-            t = time.perf_counter()
-            try:
-                status, _ = request(conn, "POST", "/validate", bodies[k % len(bodies)])
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-                status = -1
-            with lock:
-                answers.append(time.perf_counter() - t)
-                statuses[status] = statuses.get(status, 0) + 1
-            k += 1
+        with KeepAlive(port, ctx, timeout=30) as conn:
+            k = i
+            while not done.is_set():
+                t = time.perf_counter()
+                status = conn.post("/validate", bodies[k % len(bodies)])
+                with lock:
+                    answers.append(time.perf_counter() - t)
+                    statuses[status] = statuses.get(status, 0) + 1
+                k += 1
 
     poller = threading.Thread(target=poll_healthz, args=(port, ctx, healthz, done), daemon=True)
     posters = [threading.Thread(target=post, args=(i,), daemon=True) for i in range(clients)]
@@ -320,19 +253,19 @@ def probe_small_slow(port: int, ctx: ssl.SSLContext, clients: int, seconds: floa
         "body_bytes": [len(b) for b in bodies],
         "answers": len(answers),
         "statuses": statuses,
-        "answer_median_s": round(common.median(answers), 3) if answers else None,
+        "answer_median_s": round(measure.median(answers), 3) if answers else None,
         "answer_max_s": round(max(answers, default=float("nan")), 3),
         "healthz_max_s": round(max(healthz, default=float("nan")), 3),
-        "healthz_median_s": round(common.median(healthz), 3) if healthz else None,
+        "healthz_median_s": round(measure.median(healthz), 3) if healthz else None,
         "healthz_n": len(healthz),
         "placements": placements,
     }
 
 
 def probe_headers(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
-    before = rss_kib(pid)
+    before = pss_kib(pid)
     sent = 0
-    with Sampler(pid) as mem, tls_connect(port, ctx) as sock:
+    with Sampler(pid, PEAK_EVERY) as mem, tls_connect(port, ctx) as sock:
         sock.sendall(b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Endless: ")
         with contextlib.suppress(OSError, ssl.SSLError):
             while sent < 16 * MiB:
@@ -342,16 +275,16 @@ def probe_headers(port: int, ctx: ssl.SSLContext, pid: int) -> dict[str, Any]:
     return {
         "sent_MiB": round(sent / MiB, 2),
         "closed_after_s": round(closed[0], 2),
-        "rss_growth_MiB": round((mem.peak - before) / 1024, 1),
+        "rss_growth_MiB": round((mem.peak_pss - before) / 1024, 1),
     }
 
 
 def probe_slow_connections(
     port: int, ctx: ssl.SSLContext, pid: int, count: int, first: Callable[[], bytes], trickle: bytes | None
 ) -> dict[str, Any]:
-    before = rss_kib(pid)
+    before = pss_kib(pid)
     socks = []
-    with Sampler(pid) as mem:
+    with Sampler(pid, PEAK_EVERY) as mem:
         for _ in range(count):
             sock = tls_connect(port, ctx)
             sock.sendall(first())
@@ -360,14 +293,14 @@ def probe_slow_connections(
         for sock in socks:
             sock.close()
         time.sleep(2.0)  # what the server keeps once both sides have let go
-        after = rss_kib(pid)
+        after = pss_kib(pid)
     finite = sorted(c for c in closed if c != float("inf"))
     return {
         "connections": count,
         "closed": len(finite),
-        "closed_by_s_median": round(common.median(finite), 2) if finite else None,
+        "closed_by_s_median": round(measure.median(finite), 2) if finite else None,
         "closed_by_s_max": round(finite[-1], 2) if finite else None,
-        "rss_growth_peak_MiB": round((mem.peak - before) / 1024, 1),
+        "rss_growth_peak_MiB": round((mem.peak_pss - before) / 1024, 1),
         "rss_growth_after_MiB": round((after - before) / 1024, 1),
     }
 
@@ -377,53 +310,29 @@ def probe_deep(port: int, ctx: ssl.SSLContext) -> dict[str, Any]:
         b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u",'
         b'"operation":"CREATE","object":{},"kind":' + b'{"kind":' * 990 + b'"Pod"' + b"}" * 991 + b"}"
     )
-    valid = json.dumps(common.admission_review(common.big_training_pod()), separators=(",", ":")).encode()
-    conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-    outcomes: list[int | str] = []
-    for body in (deep, valid):
-        try:
-            outcomes.append(request(conn, "POST", "/validate", body)[0])
-        except (OSError, http.client.HTTPException) as exc:
-            outcomes.append(type(exc).__name__)
+    valid = inputs.review_body(inputs.big_training_pod())
+    with KeepAlive(port, ctx, timeout=30) as conn:
+        outcomes = [conn.post("/validate", body) for body in (deep, valid)]
     return {"deep_status": outcomes[0], "then_same_connection": outcomes[1]}
 
 
-def padded_review(target: int) -> bytes:
-    """The 11.6 KB training Pod with environment entries added until its review is `target` bytes.
-
-    Many small entries: more Python objects per byte than any other shape of the same size.
-    """
-    pod = common.big_training_pod()
-    env = pod["spec"]["containers"][0].setdefault("env", [])
-    entry = 96  # bytes of JSON per entry below
-    base = len(json.dumps(common.admission_review(pod), separators=(",", ":")))
-    for i in range(max(0, (target - base) // entry)):
-        env.append({"name": f"PAD_{i:06d}", "value": "v" * (entry - 35)})
-    return json.dumps(common.admission_review(pod), separators=(",", ":")).encode()
-
-
 def probe_peak(port: int, ctx: ssl.SSLContext, pid: int, clients: int, seconds: float) -> dict[str, Any]:
-    body = padded_review(int(2.8 * MiB))
-    statuses: dict[int, int] = {}
+    body = inputs.padded_review(int(2.8 * MiB))
+    statuses: dict[int | str, int] = {}
     lock = threading.Lock()
     stop = time.monotonic() + seconds
 
     def client() -> None:
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=60)
-        for _ in range(10_000):
-            if time.monotonic() > stop:
-                return
-            try:
-                status, _ = request(conn, "POST", "/validate", body)
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=60)
-                status = -1
-            with lock:
-                statuses[status] = statuses.get(status, 0) + 1
+        with KeepAlive(port, ctx, timeout=60) as conn:
+            for _ in range(10_000):
+                if time.monotonic() > stop:
+                    return
+                status = conn.post("/validate", body)
+                with lock:
+                    statuses[status] = statuses.get(status, 0) + 1
 
-    before = rss_kib(pid)
-    with Sampler(pid) as mem:
+    before = pss_kib(pid)
+    with Sampler(pid, PEAK_EVERY) as mem:
         threads = [threading.Thread(target=client, daemon=True) for _ in range(clients)]
         for t in threads:
             t.start()
@@ -434,25 +343,25 @@ def probe_peak(port: int, ctx: ssl.SSLContext, pid: int, clients: int, seconds: 
         "body_MiB": round(len(body) / MiB, 2),
         "statuses": statuses,
         "rss_at_rest_MiB": round(before / 1024, 1),
-        "peak_rss_MiB": round(mem.peak / 1024, 1),
+        "peak_rss_MiB": round(mem.peak_pss / 1024, 1),
     }
 
 
 def probe_sequential(port: int, ctx: ssl.SSLContext, count: int) -> dict[str, Any]:
     """The common path, for comparison: keep-alive /validate of the 11.6 KB Pod, one at a time."""
-    body = json.dumps(common.admission_review(common.big_training_pod()), separators=(",", ":")).encode()
-    conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
+    body = inputs.review_body(inputs.big_training_pod())
     times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        request(conn, "POST", "/validate", body)
-        times.append(time.perf_counter() - start)
+    with KeepAlive(port, ctx, timeout=30) as conn:
+        for _ in range(count):
+            start = time.perf_counter()
+            conn.post("/validate", body)
+            times.append(time.perf_counter() - start)
     times.sort()
     return {
         "requests": count,
-        "p50_ms": round(common.percentile(times, 50) * 1000, 2),
-        "p90_ms": round(common.percentile(times, 90) * 1000, 2),
-        "p99_ms": round(common.percentile(times, 99) * 1000, 2),
+        "p50_ms": round(measure.percentile(times, 50) * 1000, 2),
+        "p90_ms": round(measure.percentile(times, 90) * 1000, 2),
+        "p99_ms": round(measure.percentile(times, 99) * 1000, 2),
     }
 
 
@@ -536,26 +445,20 @@ def well_behaved(port: int, ctx: ssl.SSLContext, body: bytes, rate: float, secon
     count = int(rate * seconds)
     start = time.monotonic() + 0.2
     latencies: list[float] = []
-    statuses: dict[int, int] = {}
+    statuses: dict[int | str, int] = {}
     lock = threading.Lock()
     lanes = 4
 
     def lane(k: int) -> None:
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-        for i in range(k, count, lanes):
-            due = start + i / rate
-            with contextlib.suppress(ValueError):
-                time.sleep(max(0.0, due - time.monotonic()))
-            try:
-                status, _ = request(conn, "POST", "/validate", body)
-            except (OSError, http.client.HTTPException):
-                conn.close()
-                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=30)
-                status = -1
-            with lock:
-                latencies.append(time.monotonic() - due)
-                statuses[status] = statuses.get(status, 0) + 1
-        conn.close()
+        with KeepAlive(port, ctx, timeout=30) as conn:
+            for i in range(k, count, lanes):
+                due = start + i / rate
+                with contextlib.suppress(ValueError):
+                    time.sleep(max(0.0, due - time.monotonic()))
+                status = conn.post("/validate", body)
+                with lock:
+                    latencies.append(time.monotonic() - due)
+                    statuses[status] = statuses.get(status, 0) + 1
 
     threads = [threading.Thread(target=lane, args=(k,), daemon=True) for k in range(lanes)]
     for t in threads:
@@ -566,8 +469,8 @@ def well_behaved(port: int, ctx: ssl.SSLContext, body: bytes, rate: float, secon
     return {
         "requests": len(latencies),
         "statuses": statuses,
-        "p50_ms": round(common.percentile(latencies, 50) * 1000, 2),
-        "p99_ms": round(common.percentile(latencies, 99) * 1000, 2),
+        "p50_ms": round(measure.percentile(latencies, 50) * 1000, 2),
+        "p99_ms": round(measure.percentile(latencies, 99) * 1000, 2),
         "max_ms": round(latencies[-1] * 1000, 2),
     }
 
@@ -584,7 +487,7 @@ def probe_stall(
     """The client alone, then beside the attack, `rounds` times in turn; the medians of each."""
     import multiprocessing
 
-    body = json.dumps(common.admission_review(common.big_training_pod()), separators=(",", ":")).encode()
+    body = inputs.review_body(inputs.big_training_pod())
     well_behaved(port, ctx, body, rate, 2.0)  # warm: connections, caches
     alone: list[dict[str, Any]] = []
     attacked: list[dict[str, Any]] = []
@@ -612,7 +515,7 @@ def probe_stall(
         }
 
     def med(runs: list[dict[str, Any]], key: str) -> float:
-        return round(common.median([run[key] for run in runs]), 2)
+        return round(measure.median([run[key] for run in runs]), 2)
 
     attacked_429 = sum(run["statuses"].get(429, 0) for run in attacked)
     p99_ratio = med(attacked, "p99_ms") / med(alone, "p99_ms")

@@ -46,10 +46,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import common
+import inputs
 import servers
 import yaml
-from common import REPO, log, median, percentile, table
+from inputs import REPO
+from measure import log, median, percentile, table
 
 RAW_CONCURRENCIES = (1, 8)
 
@@ -57,7 +58,7 @@ sys.path.append(str(REPO))  # tests.e2e (after any PYTHONPATH, which may name ot
 
 
 def _objects() -> dict[str, dict[str, Any]]:
-    pod = common.big_training_pod()
+    pod = inputs.big_training_pod()
     meta = pod["metadata"]
     for key in ("name", "namespace", "uid", "creationTimestamp", "managedFields"):
         meta.pop(key, None)
@@ -532,7 +533,7 @@ def _trainguard_patch(pod: dict[str, Any], namespace: str) -> list[Any]:
     """The JSON patch trainguard's /mutate answers for `pod`, decided in this process."""
     from webhook.engine import AdmissionInput
 
-    decision = common.engine_for().decide(AdmissionInput(pod, namespace=namespace), validate=False)
+    decision = inputs.engine_for().decide(AdmissionInput(pod, namespace=namespace), validate=False)
     if not decision.patch:
         raise RuntimeError("trainguard does not patch the benchmark Pod: the patch arm would measure nothing")
     return list(decision.patch)

@@ -32,9 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import common
+import inputs
+import measure
 import servers
-from common import log, median, table
+from measure import log, median, table
 
 COPIES = 20  # DESIGN §5: the CLI ≥ 5,000 manifests/s on the corpus ×20
 
@@ -62,7 +63,7 @@ def _run(argv: list[str], env: dict[str, str], cwd: str, timeout: float = 600) -
 
 def build_tree(root: Path, copies: int) -> int:
     """`copies` copies of the corpus files under `root`; the number of documents they hold."""
-    files = common.corpus_files()
+    files = inputs.corpus_files()
     from webhook.documents import read_manifests
 
     per_copy = len(read_manifests([str(f) for f in files]))
@@ -98,7 +99,7 @@ def run(
         docs = build_tree(big, copies)
         one = Path(tmp) / "one"
         one.mkdir()
-        (one / "pod.yaml").write_text((common.shared_dir() / "corpus/kueue/kueue-pod.yaml").read_text())
+        (one / "pod.yaml").write_text((inputs.shared_dir() / "corpus/kueue/kueue-pod.yaml").read_text())
         # The children run from an empty directory: `python -m` puts the working directory first on
         # sys.path, which would hide the tree PYTHONPATH names.
         cwd = Path(tmp) / "cwd"
@@ -183,8 +184,8 @@ def manifest_split(rounds: int = 9) -> dict[str, float]:
     from webhook.documents import collect_inputs, manifest_inputs
     from webhook.engine import default_policies_dir, load_policy_set
 
-    inputs = manifest_inputs([str(f) for f in common.corpus_files()])
-    found = collect_inputs(inputs)
+    manifests = manifest_inputs([str(f) for f in inputs.corpus_files()])
+    found = collect_inputs(manifests)
     policies = load_policy_set([default_policies_dir()], "cel-expr-python")
     engine = engine_for(policies, load_config(), Context.of(found.documents), ())
     docs = found.documents
@@ -209,7 +210,7 @@ def manifest_split(rounds: int = 9) -> dict[str, float]:
         return best * 1e6 / n
 
     out = {
-        "read_yaml": least(lambda _: collect_inputs(inputs)),
+        "read_yaml": least(lambda _: collect_inputs(manifests)),
         "review": least(decide, fresh=True),
         "records_out": least(
             lambda batch: orjson.dumps(
@@ -222,7 +223,7 @@ def manifest_split(rounds: int = 9) -> dict[str, float]:
     cel = float("inf")
     for _ in range(rounds):
         batch = afresh()
-        with common.cel_runtime_seconds() as in_cel:
+        with measure.cel_runtime_seconds() as in_cel:
             decide(batch)
         cel = min(cel, in_cel[0])
     out["cel"] = cel * 1e6 / n

@@ -21,8 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import common
-from common import big_training_pod, engine_for, linear_fit, log, median, table
+from inputs import big_training_pod, corpus_workloads, engine_for
+from measure import linear_fit, log, median, run_part, table
 
 CPP, PY = "cel-expr-python", "cel-python"
 
@@ -146,7 +146,7 @@ def sized_pod(target_bytes: int) -> dict[str, Any]:
 
 def per_workload(quick: bool) -> tuple[list[list[Any]], dict[str, Any]]:
     engines = {CPP: engine_for(CPP), PY: engine_for(PY)}
-    workloads = common.corpus_workloads()
+    workloads = corpus_workloads()
     big = ("training-pod-11.6KB (bare Pod, torchrun, 8 GPUs)", big_training_pod())
     rows = []
     results: dict[str, Any] = {}
@@ -366,7 +366,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main() -> int:
-    return common.run_part(run, __doc__)
+    return run_part(run, __doc__)
 
 
 if __name__ == "__main__":

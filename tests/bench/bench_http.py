@@ -22,13 +22,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import common
+import inputs
+import measure
 import servers
-from common import log, median, table
+from measure import log, median, table
 
 
 def write_bodies(path: Path) -> list[tuple[str, int]]:
-    bodies = common.bench_bodies()
+    bodies = inputs.bench_bodies()
     with open(path, "wb") as fh:
         for _, body in bodies:
             fh.write(body + b"\n")
@@ -75,7 +76,7 @@ def engine_split(bodies: list[bytes], rounds: int = 9) -> dict[str, float]:
 
     from webhook.engine import AdmissionInput
 
-    engine = common.engine_for("cel-expr-python")
+    engine = inputs.engine_for("cel-expr-python")
     calls = [(body, kw) for body in bodies for kw in ({"mutate": False}, {"validate": False})]
 
     def one_pass() -> None:
@@ -89,7 +90,7 @@ def engine_split(bodies: list[bytes], rounds: int = 9) -> dict[str, float]:
         start = time.thread_time()
         one_pass()
         totals.append((time.thread_time() - start) * 1000 / len(calls))
-        with common.cel_runtime_seconds() as in_cel:
+        with measure.cel_runtime_seconds() as in_cel:
             one_pass()
         cels.append(in_cel[0] * 1000 / len(calls))
     return {"engine_cpu_ms_per_call": min(totals), "cel_cpu_ms_per_call": min(cels)}
@@ -152,7 +153,7 @@ def run(
             rss_loaded = tg.status()
             noop_rss = noop.status()
         log("http: the engine in process on the same bodies")
-        split = engine_split([body for _, body in common.bench_bodies()])
+        split = engine_split([body for _, body in inputs.bench_bodies()])
     finally:
         if workdir is None:
             tmp.cleanup()

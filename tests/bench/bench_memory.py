@@ -19,9 +19,7 @@ it, against the Deployment's memory limit.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
-import http.client
 import json
 import multiprocessing
 import os
@@ -35,26 +33,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-import common
+import inputs
 import servers
-from bench_abuse import padded_review, tree
-from common import log, table
+from clients import KeepAlive
+from measure import log, table
+from process_memory import Sampler, memory_kib
 
 MiB = 1024 * 1024
 DEPLOYMENT = Path(__file__).resolve().parents[2] / "deploy" / "deployment.yaml"
-
-
-def memory_kib(pid: int) -> tuple[int, int]:
-    """(Pss, Rss) summed over the process tree, in KiB."""
-    pss = rss = 0
-    for p in tree(pid):
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    pss += int(line.split()[1])
-                elif line.startswith("Rss:"):
-                    rss += int(line.split()[1])
-    return pss, rss
 
 
 def shipped_limit_mib() -> float:
@@ -146,11 +132,11 @@ def freshened(obj: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     return obj
 
 
-def review_body(obj: dict[str, Any], rng: random.Random) -> bytes:
+def review_as_sent(obj: dict[str, Any], rng: random.Random) -> bytes:
     """An AdmissionReview of `obj` as the API server sends it (a fuzzed object as it is)."""
     try:
         meta = obj["metadata"]
-        review = common.admission_review(obj, namespace=meta.get("namespace") or "default")
+        review = inputs.admission_review(obj, namespace=meta.get("namespace") or "default")
     except Exception:  # metadata fuzzed out of shape: the request carries the object as it is
         review = {
             "apiVersion": "admission.k8s.io/v1",
@@ -166,38 +152,28 @@ def _client(
 ) -> None:
     """One client process: `count` requests on `threads` keep-alive connections; puts its counts."""
     ctx = ssl.create_default_context(cafile=cafile)
-    workloads = [obj for _, obj in common.corpus_workloads()] + [common.big_training_pod()]
+    workloads = [obj for _, obj in inputs.corpus_workloads()] + [inputs.big_training_pod()]
     statuses: dict[str, int] = {}
     lock = threading.Lock()
     next_index = [0]
 
     def lane(k: int) -> None:
         rng = random.Random(seed * 1000 + k)
-        conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=60)
-        while True:
-            with lock:
-                i = next_index[0]
-                next_index[0] += 1
-            if i >= count:
-                break
-            if large_every and i % large_every == large_every - 1:
-                body = large
-            else:
-                obj = freshened(rng.choice(workloads), rng)
-                body = review_body(fuzz(obj, rng) if rng.random() < 0.5 else obj, rng)
-            path = "/validate" if rng.random() < 0.6 else "/mutate"
-            try:
-                conn.request("POST", path, body=body, headers={"content-type": "application/json"})
-                response = conn.getresponse()
-                response.read()
-                status = str(response.status)
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                conn = http.client.HTTPSConnection(servers.HOST, port, context=ctx, timeout=60)
-                status = type(exc).__name__
-            with lock:
-                statuses[status] = statuses.get(status, 0) + 1
-        conn.close()
+        with KeepAlive(port, ctx, timeout=60) as conn:
+            while True:
+                with lock:
+                    i = next_index[0]
+                    next_index[0] += 1
+                if i >= count:
+                    break
+                if large_every and i % large_every == large_every - 1:
+                    body = large
+                else:
+                    obj = freshened(rng.choice(workloads), rng)
+                    body = review_as_sent(fuzz(obj, rng) if rng.random() < 0.5 else obj, rng)
+                status = str(conn.post("/validate" if rng.random() < 0.6 else "/mutate", body))
+                with lock:
+                    statuses[status] = statuses.get(status, 0) + 1
 
     workers = [threading.Thread(target=lane, args=(k,), daemon=True) for k in range(threads)]
     for t in workers:
@@ -241,34 +217,11 @@ def load(
     return total
 
 
-class Sampler:
-    """(seconds, Pss KiB, Rss KiB) every 0.5 s while the `with` block runs."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.samples: list[tuple[float, int, int]] = []
-        self._stop = threading.Event()
-        self._start = time.monotonic()
-
-    def __enter__(self) -> Sampler:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.5):
-            self.samples.append((time.monotonic() - self._start, *memory_kib(self.pid)))
-
-
 def run(
     requests: int, warmup: int, workers: int, clients: int, large_every: int, extra: list[str]
 ) -> dict[str, Any]:
     limit = shipped_limit_mib()
-    large = padded_review(int(2.8 * MiB))
+    large = inputs.padded_review(int(2.8 * MiB))
     results: dict[str, Any] = {
         "requests": requests,
         "warmup": warmup,
@@ -298,13 +251,13 @@ def run(
             warm_pss, warm_rss = memory_kib(s.pid)
             log(f"memory: after warm-up Pss {warm_pss / 1024:.1f} MiB; {requests} requests")
             started = time.monotonic()
-            with Sampler(s.pid) as sampler:
+            with Sampler(s.pid, every=0.5) as sampler:
                 statuses = load(port, tmp / "certs" / "ca.crt", requests, 100, clients, large_every, large)
             seconds = time.monotonic() - started
             time.sleep(2.0)
             end_pss, end_rss = memory_kib(s.pid)
             server_log = s.log_path.read_text(errors="replace")
-    samples = sampler.samples or [(0.0, end_pss, end_rss)]
+    samples = sampler.samples
     peak_pss = max(p for _, p, _ in samples)
     peak_rss = max(r for _, _, r in samples)
     tenths = [samples[min(len(samples) - 1, len(samples) * k // 10)] for k in range(1, 11)]

@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import common
-from common import engine_for, linear_fit, log, median, table
+import measure
+from inputs import engine_for
+from measure import linear_fit, log, median, table
 
 Shape = Callable[[int], tuple[list[str], list[str], dict[str, str]]]
 
@@ -221,7 +222,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main() -> int:
-    return common.run_part(run, __doc__)
+    return measure.run_part(run, __doc__)
 
 
 if __name__ == "__main__":

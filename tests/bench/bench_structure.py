@@ -25,9 +25,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-import common
+import measure
 import orjson
-from common import admission_review, big_training_pod, log, median, table
+from inputs import admission_review, big_training_pod
+from measure import log, median, table
 
 from webhook.documents import Document, check_object, check_structure, load_yaml_documents
 from webhook.errors import InputError
@@ -165,7 +166,7 @@ def run(quick: bool = False) -> dict[str, Any]:
 
 
 def main() -> int:
-    return common.run_part(run, __doc__)
+    return measure.run_part(run, __doc__)
 
 
 if __name__ == "__main__":

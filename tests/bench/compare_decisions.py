@@ -70,24 +70,24 @@ def _decision_json(decision: Any) -> dict[str, Any]:
 def child(out_path: str) -> int:
     """Decide every case with the `webhook` package on PYTHONPATH; write {case: JSON} to out_path."""
     tree = os.path.realpath(os.environ["PYTHONPATH"].split(os.pathsep)[0])
-    import common
+    import inputs
 
     import webhook
     from webhook.engine import AdmissionInput
 
     if not os.path.realpath(webhook.__file__).startswith(tree + os.sep):
         raise SystemExit(f"imported {webhook.__file__}, not the package of {tree}")
-    documents = common.corpus_documents() + [("big_training_pod", common.big_training_pod())]
+    documents = inputs.corpus_documents() + [("big_training_pod", inputs.big_training_pod())]
     cases: dict[str, str] = {}
     for backend in BACKENDS:
-        engine = common.engine_for(backend)
+        engine = inputs.engine_for(backend)
         for source, obj in documents:
             for namespace in NAMESPACES:
                 for way, spec in _case_inputs(obj, namespace):
                     key = f"{backend} {source} {namespace} {way}"
                     inp = AdmissionInput(object=copy.deepcopy(obj), **spec["input"])
                     try:
-                        value: Any = _decision_json(common.decider(engine)(inp, now=NOW, **spec["review"]))
+                        value: Any = _decision_json(inputs.decider(engine)(inp, now=NOW, **spec["review"]))
                     except Exception as exc:  # an error is an outcome to compare too
                         value = {"error": f"{type(exc).__name__}: {exc}"}
                     cases[key] = json.dumps(value, default=repr)

@@ -26,12 +26,13 @@ import statistics
 import subprocess
 import sys
 
-import common
+import inputs
+import measure
 
 CHILD = r"""
 import json, os, statistics, sys, time
 sys.path.insert(0, BENCH_DIR)
-import common, orjson, webhook
+import inputs, orjson, webhook
 assert webhook.__file__.startswith(os.path.realpath(os.environ["PYTHONPATH"])), webhook.__file__
 from webhook.config import load_config
 from webhook.engine import AdmissionInput, Engine, default_policies_dir, load_policy_set
@@ -48,9 +49,9 @@ def cpu(fn, n):
         best.append((time.thread_time() - c) / n * 1000)
     return min(best)
 
-engine = common.engine_for("cel-expr-python")
-decide = common.decider(engine)
-pod = common.big_training_pod()
+engine = inputs.engine_for("cel-expr-python")
+decide = inputs.decider(engine)
+pod = inputs.big_training_pod()
 body = orjson.dumps(pod)
 inp = AdmissionInput(object=pod, namespace="ml-research")
 validate_only, mutate_only = {"mutate": False}, {"validate": False}
@@ -68,7 +69,7 @@ out = {
 }
 if not QUICK:
     per = {"validate": [], "mutate": [], "full": []}
-    for _, obj in common.corpus_workloads():
+    for _, obj in inputs.corpus_workloads():
         i = AdmissionInput(object=obj, namespace="default")
         per["validate"].append(cpu(lambda: decide(i, **validate_only), 10))
         per["mutate"].append(cpu(lambda: decide(i, **mutate_only), 10))
@@ -81,7 +82,7 @@ if not QUICK:
         )
     except TypeError:  # a tree without `remember`
         remembering = engine
-    remember = common.decider(remembering)
+    remember = inputs.decider(remembering)
     counter = [0]
 
     def pair():
@@ -91,8 +92,8 @@ if not QUICK:
         remember(AdmissionInput(object=first.mutated, namespace="ml-research"), mutate=False)
 
     out["pod_webhook_pair"] = cpu(pair, 40)
-    slow = common.engine_for("cel-python")
-    out["pod_full_cel_python"] = cpu(lambda: common.decider(slow)(inp), 3)
+    slow = inputs.engine_for("cel-python")
+    out["pod_full_cel_python"] = cpu(lambda: inputs.decider(slow)(inp), 3)
 print(json.dumps(out))
 """
 
@@ -104,17 +105,17 @@ print(json.dumps(out))
 INSTRUCTIONS_CHILD = r"""
 import functools, sys
 sys.path.insert(0, BENCH_DIR)
-import common, orjson, os, webhook
+import inputs, orjson, os, webhook
 from webhook.engine import AdmissionInput
 assert webhook.__file__.startswith(os.path.realpath(os.environ["PYTHONPATH"])), webhook.__file__
-engine = common.engine_for("cel-expr-python")
-decide = common.decider(engine)
+engine = inputs.engine_for("cel-expr-python")
+decide = inputs.decider(engine)
 measure, n = sys.argv[1], int(sys.argv[2])
 kw = {} if measure.endswith("_full") else {"mutate": False} if "validate" in measure else {"validate": False}
-body = orjson.dumps(common.big_training_pod())
+body = orjson.dumps(inputs.big_training_pod())
 pod = orjson.loads(body)
 if measure.startswith("corpus"):  # every corpus workload once
-    items = [(obj, "default") for _, obj in common.corpus_workloads()]
+    items = [(obj, "default") for _, obj in inputs.corpus_workloads()]
     get = lambda item: item
 elif "fresh" in measure:  # each call's object decoded from its JSON, as the server decodes a body
     items = [None] * n
@@ -146,7 +147,7 @@ INSTRUCTION_MEASURES = (
 def count_instructions(tree: str, measure: str, n: int = 20) -> float:
     """Thousands of instructions per call of `measure` in `tree` (callgrind, hash seed fixed)."""
     env = {**os.environ, "PYTHONPATH": tree, "PYTHONHASHSEED": "0"}
-    code = INSTRUCTIONS_CHILD.replace("BENCH_DIR", repr(str(common.BENCH_DIR)))
+    code = INSTRUCTIONS_CHILD.replace("BENCH_DIR", repr(str(inputs.BENCH_DIR)))
     command = [
         "valgrind",
         "--tool=callgrind",
@@ -179,7 +180,7 @@ def instructions(before: str, after: str) -> int:
         for m in INSTRUCTION_MEASURES
     ]
     print(
-        common.table(
+        measure.table(
             "Engine cost in thousands of CPU instructions per admission (cel-expr-python, callgrind)",
             ["measure", "before", "after", "after/before"],
             rows,
@@ -191,7 +192,7 @@ def instructions(before: str, after: str) -> int:
 
 def run_child(tree: str, quick: bool) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": tree}
-    code = CHILD.replace("BENCH_DIR", repr(str(common.BENCH_DIR))).replace("QUICK_FLAG", repr(quick))
+    code = CHILD.replace("BENCH_DIR", repr(str(inputs.BENCH_DIR))).replace("QUICK_FLAG", repr(quick))
     # cwd: `python -c` puts the working directory first on sys.path, before PYTHONPATH
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=tree, capture_output=True, text=True, timeout=600
@@ -205,7 +206,7 @@ def run_child(tree: str, quick: bool) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("before")
-    parser.add_argument("after", nargs="?", default=str(common.REPO))
+    parser.add_argument("after", nargs="?", default=str(inputs.REPO))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
         "--quick", action="store_true", help="the 11.6 KB Pod only (no corpus, pair, cel-python)"
@@ -216,7 +217,7 @@ def main() -> int:
         help="count CPU instructions per call under valgrind instead of timing (minutes; load-proof)",
     )
     args = parser.parse_args()
-    common.shared_dir()  # fail early without the corpus
+    inputs.shared_dir()  # fail early without the corpus
     if args.instructions:
         return instructions(args.before, args.after)
     load_before = os.getloadavg()
@@ -224,7 +225,7 @@ def main() -> int:
     for i in range(max(1, min(args.rounds, 20))):
         for name, tree in (("before", args.before), ("after", args.after)):
             runs[name].append(run_child(tree, args.quick))
-            common.log(f"compare: round {i + 1} {name} done")
+            measure.log(f"compare: round {i + 1} {name} done")
     load_after = os.getloadavg()
     keys = list(runs["after"][0])
     rows: list[tuple[str, float, float, float]] = []
@@ -233,7 +234,7 @@ def main() -> int:
         a = statistics.median(r[key] for r in runs["after"])
         rows.append((key, b, a, a / b))
     print(
-        common.table(
+        measure.table(
             f"Engine CPU ms per admission (cel-expr-python unless named), medians of {len(runs['after'])} "
             "alternating rounds",
             ["measure", "before", "after", "after/before"],

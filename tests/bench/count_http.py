@@ -38,9 +38,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import common
+import inputs
 import servers
-from common import log, table
+from measure import log, table
 
 # callgrind_annotate names: the C++ runtime's evaluation of one program (a phase program or a
 # policy's), and its lazy conversion of a Python value the evaluation reads.
@@ -147,7 +147,7 @@ def count(server: servers.Server, work: Path, bodies: list[bytes], requests: int
 
 
 def measure(tree: str, requests: int) -> dict[str, dict[str, float]]:
-    bodies = [body for _, body in common.bench_bodies()]
+    bodies = [body for _, body in inputs.bench_bodies()]
     with tempfile.TemporaryDirectory(prefix="trainguard-count-http-") as tmp:
         work = Path(tmp)
         certs = servers.make_certs(work / "certs")

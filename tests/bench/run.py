@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import common
-from common import log
+import inputs
+from measure import log
 
 PARTS = ("engine", "cli", "http", "apiserver", "parsers")
 REQUIRED = (
@@ -46,7 +46,7 @@ REQUIRED = (
 def _git(*args: str) -> str:
     try:
         return subprocess.run(
-            ["git", *args], cwd=common.REPO, capture_output=True, text=True, timeout=10, check=True
+            ["git", *args], cwd=inputs.REPO, capture_output=True, text=True, timeout=10, check=True
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""

@@ -20,7 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import BENCH_DIR, log
+from inputs import BENCH_DIR
+from measure import log
 
 HOST = "127.0.0.1"
 LOADGEN_DIR = BENCH_DIR / "loadgen"
@@ -159,14 +160,7 @@ def trainguard_server(
         "-m",
         "webhook",
         "serve",
-        "--host",
-        HOST,
-        "--port",
-        str(port),
-        "--tls-cert",
-        str(certs / "tls.crt"),
-        "--tls-key",
-        str(certs / "tls.key"),
+        *_listen(port, certs),
         "--shutdown-delay",
         "0",
         *(["--workers", str(workers)] if workers is not None else []),
@@ -176,11 +170,9 @@ def trainguard_server(
     return Server("trainguard", argv, port, certs / "ca.crt", log_path)
 
 
-def noop_server(port: int, certs: Path, log_path: Path, mutate_patch: Path | None = None) -> Server:
-    """noop_app.py; with `mutate_patch`, its /mutate answers with that JSON patch file."""
-    argv = [
-        sys.executable,
-        str(BENCH_DIR / "noop_app.py"),
+def _listen(port: int, certs: Path) -> list[str]:
+    """Where both servers listen, and the certificate they serve (their options are the same)."""
+    return [
         "--host",
         HOST,
         "--port",
@@ -189,6 +181,15 @@ def noop_server(port: int, certs: Path, log_path: Path, mutate_patch: Path | Non
         str(certs / "tls.crt"),
         "--tls-key",
         str(certs / "tls.key"),
+    ]
+
+
+def noop_server(port: int, certs: Path, log_path: Path, mutate_patch: Path | None = None) -> Server:
+    """noop_app.py; with `mutate_patch`, its /mutate answers with that JSON patch file."""
+    argv = [
+        sys.executable,
+        str(BENCH_DIR / "noop_app.py"),
+        *_listen(port, certs),
         *(["--mutate-patch", str(mutate_patch)] if mutate_patch else []),
     ]
     return Server("no-op", argv, port, certs / "ca.crt", log_path)

@@ -46,7 +46,7 @@ def main() -> int:
     tree = Path(args.tree).resolve()
     sys.path.insert(0, str(tree))
     sys.path.insert(1, str(Path(__file__).resolve().parent))
-    import common
+    import inputs
     import orjson
     from starlette.testclient import TestClient
 
@@ -56,7 +56,7 @@ def main() -> int:
     if not package.is_relative_to(tree):
         raise SystemExit(f"webhook imported from {package}, not from {tree}")
     path = "/mutate" if args.mutate else "/validate"
-    body = orjson.dumps(common.admission_review(common.big_training_pod(), "ml-research"))
+    body = orjson.dumps(inputs.admission_review(inputs.big_training_pod(), "ml-research"))
     files: list[str] = []
     entered: Counter[str] = Counter()
     last: dict[int, str] = {}

@@ -319,6 +319,16 @@ def test_malformed_files_exit_2_naming_file_and_field(tmp_path, monkeypatch, cap
     assert message in err
 
 
+def test_another_api_version_exits_2_naming_what_the_file_says(tmp_path, monkeypatch, capsys) -> None:
+    path = suite_file(tmp_path, "  - {name: a, resource: single, policy: gang-required, result: skip}\n")
+    path.write_text(path.read_text().replace("trainguard.dev/v1alpha1", "trainguard.dev/v2", 1))
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run(capsys, ".")
+    assert code == 2
+    assert "gang.yaml, field kind: expected apiVersion trainguard.dev/v1alpha1 and kind PolicyTest" in err
+    assert "got 'trainguard.dev/v2' / 'PolicyTest'" in err
+
+
 def test_ambiguous_resource_names_ask_for_a_longer_selector(tmp_path) -> None:
     write(
         tmp_path / "resources" / "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: single}\nspec: {}\n"

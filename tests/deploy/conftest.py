@@ -28,11 +28,8 @@ def apiserver() -> Iterator[ControlPlane]:
         binaries = ensure_binaries()
     except BuildError as error:
         pytest.fail(f"the e2e binaries could not be built: {error}", pytrace=False)
-    plane = ControlPlane(binaries).start()
-    try:
+    with ControlPlane(binaries) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 @pytest.fixture

@@ -86,11 +86,8 @@ def _run(commands: list[str], cwd: Path, path: list[Path], kubeconfig: Path | No
 
 @pytest.fixture
 def own_apiserver() -> Iterator[ControlPlane]:
-    plane = ControlPlane(ensure_binaries()).start()
-    try:
+    with ControlPlane(ensure_binaries()) as plane:
         yield plane
-    finally:
-        plane.stop()
 
 
 def test_helm_block(helm: Helm, own_apiserver: ControlPlane, tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -27,6 +26,7 @@ import pytest
 import yaml
 
 from .controlplane import ControlPlane, free_port
+from .waiting import WAIT, wait_for
 from .webhook_server import REPO_ROOT, WebhookServer, _environment, trainguard
 
 EXAMPLES = REPO_ROOT / "deploy" / "examples"
@@ -43,24 +43,12 @@ NON_COMPLIANT = {
     "torchrun-node-0": COUNTER / "bare-torchrun-pod.yaml",  # bare Pod: gang-required, topology-slo
     "elastic-no-ckpt": COUNTER / "elastic-no-checkpoint.yaml",  # PyTorchJob: checkpoint-required
 }
-WAIT = 60.0
 
 
 def manifest(path: Path, namespace: str) -> dict[str, Any]:
     obj: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     obj["metadata"]["namespace"] = namespace
     return obj
-
-
-def wait_for(what: str, check: Callable[[], Any], timeout: float = WAIT, log: Callable[[], str] = str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}\n{log()}")
-        time.sleep(0.5)
 
 
 @pytest.fixture(scope="module")

@@ -8,36 +8,25 @@ goes away.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .controlplane import ControlPlane
+from .waiting import wait_for
 from .webhook_server import WebhookServer
 
 pytestmark = pytest.mark.e2e
 
 LEASE_NAMESPACE = "audit-lease-missing"
-WAIT = 60.0
 
 
 class AuditWithoutNamespace(WebhookServer):
     def argv(self) -> list[str]:
         # Two workers: one audits, and /readyz must say the same whichever answers.
         return [*super().argv(), "--audit", "--webhook-namespace", LEASE_NAMESPACE, "--workers", "2"]
-
-
-def wait_for(condition: Callable[[], Any], what: str, server: WebhookServer) -> Any:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}:\n{server.log_tail()}")
 
 
 def log_records(server: WebhookServer) -> list[dict[str, Any]]:
@@ -88,9 +77,9 @@ def test_a_missing_lease_namespace_is_said_once_and_shown_by_readyz(
     control_plane: ControlPlane, server: AuditWithoutNamespace
 ) -> None:
     missing = f"namespace {LEASE_NAMESPACE} does not exist"
-    wait_for(lambda: messages(server, missing), "the missing namespace to be reported", server)
+    wait_for("the missing namespace to be reported", lambda: messages(server, missing), log=server.log_tail)
     # Retries go on quietly (at debug level): wait for two of them, then count what was said.
-    wait_for(lambda: len(messages(server, "still failing")) >= 2, "two quiet retries", server)
+    wait_for("two quiet retries", lambda: len(messages(server, "still failing")) >= 2, log=server.log_tail)
     said = [r for r in messages(server, missing) if r["level"] != "debug"]
     assert len(said) == 1, said
     assert said[0]["level"] == "error" and "traceback" not in said[0]
@@ -104,7 +93,9 @@ def test_a_missing_lease_namespace_is_said_once_and_shown_by_readyz(
 
     control_plane.kubectl("create", "namespace", LEASE_NAMESPACE)
     wait_for(
-        lambda: "not ready" not in json.loads(server.get("/readyz")[1] or "{}"), "the note to go away", server
+        "the note to go away",
+        lambda: "not ready" not in json.loads(server.get("/readyz")[1] or "{}"),
+        log=server.log_tail,
     )
     assert all("not ready" not in json.loads(server.get("/readyz")[1]) for _ in range(12))
     assert messages(server, "reachable again")

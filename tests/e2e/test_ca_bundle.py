@@ -10,16 +10,15 @@ never created: the server says what is missing.
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from .controlplane import ControlPlane
+from .waiting import wait_for
 from .webhook_server import (
     CONFIGURATION_NAME,
     REPO_ROOT,
@@ -34,7 +33,6 @@ pytestmark = pytest.mark.e2e
 
 NAMESPACE = "cabundle-team"
 KINDS = ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
-WAIT = 60.0
 
 
 class InjectingServer(WebhookServer):
@@ -66,16 +64,6 @@ def service_account_kubeconfig(plane: ControlPlane, path: Path) -> Path:
         encoding="utf-8",
     )
     return path
-
-
-def wait_for(condition: Any, what: str, setup: Setup) -> Any:
-    deadline = time.monotonic() + WAIT
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}:\n{setup.server.log_tail()}")
 
 
 def ca_bundles(plane: ControlPlane) -> list[str | None]:
@@ -134,7 +122,9 @@ def setup(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory)
 
 def test_the_server_writes_the_ca_into_both_configurations(setup: Setup) -> None:
     expected = base64.b64encode((setup.certs / "ca.crt").read_bytes()).decode()
-    bundles = wait_for(lambda: (b := ca_bundles(setup.plane)) and all(b) and b, "both caBundles", setup)
+    bundles = wait_for(
+        "both caBundles", lambda: (b := ca_bundles(setup.plane)) and all(b) and b, log=setup.server.log_tail
+    )
     assert base64.b64decode(bundles[0]) == base64.b64decode(expected)
     assert set(bundles) == {bundles[0]} and len(bundles) == 2
 
@@ -145,20 +135,22 @@ def test_the_server_writes_the_ca_into_both_configurations(setup: Setup) -> None
         result = setup.plane.kubectl("create", "--dry-run=server", "-f", "-", input=manifest, check=False)
         return result.stderr if result.returncode != 0 and "checkpoint" in result.stderr else None
 
-    assert "denied the request" in wait_for(denied, "the API server to call the webhook", setup)
+    assert "denied the request" in wait_for(
+        "the API server to call the webhook", denied, log=setup.server.log_tail
+    )
 
 
 def test_a_missing_configuration_is_reported_and_never_created(setup: Setup) -> None:
-    wait_for(lambda: all(ca_bundles(setup.plane) or [None]), "both caBundles", setup)
+    wait_for("both caBundles", lambda: all(ca_bundles(setup.plane) or [None]), log=setup.server.log_tail)
     setup.plane.kubectl("delete", "mutatingwebhookconfiguration", CONFIGURATION_NAME)
     # A new CA file: the server tries again, and finds the mutating configuration gone.
     other = setup.certs.parent / "rotated"
     _checked(trainguard("certs", "--out", str(other), "--host", "127.0.0.1"), "trainguard certs")
     (setup.certs / "ca.crt").write_bytes((other / "ca.crt").read_bytes())
     wait_for(
-        lambda: "MutatingWebhookConfiguration trainguard does not exist" in setup.server.log_tail(400),
         "the server to report the missing configuration",
-        setup,
+        lambda: "MutatingWebhookConfiguration trainguard does not exist" in setup.server.log_tail(400),
+        log=setup.server.log_tail,
     )
     result = setup.plane.kubectl("get", "mutatingwebhookconfiguration", CONFIGURATION_NAME, check=False)
     assert result.returncode != 0 and "NotFound" in result.stderr

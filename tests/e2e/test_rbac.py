@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from .controlplane import ControlPlane
-from .webhook_server import REPO_ROOT
+from .webhook_server import REPO_ROOT, exception_crd
 
 SERVICE_ACCOUNT = "system:serviceaccount:trainguard-system:trainguard"
 RBAC_KINDS = ("ClusterRole", "ClusterRoleBinding")
@@ -31,27 +31,13 @@ def rendered_rbac(control_plane: ControlPlane, directory: Path) -> list[dict[str
 
 @pytest.fixture(scope="module")
 def rbac(control_plane: ControlPlane) -> Iterator[list[dict[str, object]]]:
-    rendered = control_plane.kubectl("kustomize", str(REPO_ROOT / "deploy")).stdout
-    objects = [d for d in yaml.safe_load_all(rendered) if d and d["kind"] in RBAC_KINDS]
+    objects = rendered_rbac(control_plane, REPO_ROOT / "deploy")
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
-    # trainguard's own CRD, so that kubectl can name its resource to the authorizer.
-    control_plane.kubectl(
-        "apply", "-f", str(REPO_ROOT / "deploy" / "crds" / "trainguard.dev_policyexceptions.yaml")
-    )
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/policyexceptions.trainguard.dev"
-    )
     try:
-        yield objects
+        # trainguard's own CRD, so that kubectl can name its resource to the authorizer.
+        with exception_crd(control_plane):
+            yield objects
     finally:
-        control_plane.kubectl(
-            "delete",
-            "crd",
-            "policyexceptions.trainguard.dev",
-            "--ignore-not-found",
-            "--timeout=60s",
-            check=False,
-        )
         for obj in objects:
             control_plane.kubectl(
                 "delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found", check=False

@@ -27,6 +27,7 @@ Also here: the manifests the tests build, and the shared corpus split into one f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -84,6 +85,15 @@ PROPAGATION_TIMEOUT = 30.0
 
 class WebhookError(RuntimeError):
     """trainguard did not start, stop or answer as expected."""
+
+
+def webhook_configurations(certs: Path, url: str, config: Path) -> subprocess.CompletedProcess[str]:
+    """`trainguard webhook-config` for the server at `url`, as YAML: validating webhooks fail closed,
+    mutating ones open (the install's failure policies)."""
+    return trainguard(
+        *("webhook-config", "--certs", str(certs), "--url", url, "--config", str(config)),
+        *("--validating-failure-policy", "Fail", "--mutating-failure-policy", "Ignore", "-o", "yaml"),
+    )
 
 
 def trainguard(
@@ -692,50 +702,48 @@ def admission(
         if control_plane.kubectl("get", "namespace", namespace, check=False).returncode != 0:
             control_plane.kubectl("create", "namespace", namespace)
     control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(priority_class_manifests()))
-    # trainguard's own PolicyException CRD, so the webhook's exception cache has objects to watch.
-    control_plane.kubectl(
-        "apply", "-f", str(REPO_ROOT / "deploy" / "crds" / "trainguard.dev_policyexceptions.yaml")
-    )
-    control_plane.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/policyexceptions.trainguard.dev"
-    )
-
     server = WebhookServer(
         certs=webhook_certs,
         config=platform_config,
         kubeconfig=control_plane.kubeconfig,
         log=workdir / "serve.log",
     )
-    server.start()
-    setup = Admission(control_plane, server, webhook_certs, platform_config, transcripts, workdir)
+    # trainguard's own PolicyException CRD, so the webhook's exception cache has objects to watch.
+    with exception_crd(control_plane):
+        server.start()
+        setup = Admission(control_plane, server, webhook_certs, platform_config, transcripts, workdir)
+        try:
+            server.wait_for_cluster_caches()
+            rendered = _checked(
+                webhook_configurations(webhook_certs, server.url, platform_config),
+                "trainguard webhook-config",
+            ).stdout
+            (workdir / "webhook-configurations.yaml").write_text(rendered, encoding="utf-8")
+            control_plane.kubectl("apply", "-f", "-", input=rendered)
+            wait_until_enforced(setup)
+            yield setup
+        finally:
+            for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
+                control_plane.kubectl("delete", kind, CONFIGURATION_NAME, "--ignore-not-found", check=False)
+            try:
+                server.stop()
+            finally:
+                server.kill()
+
+
+@contextlib.contextmanager
+def exception_crd(control_plane: ControlPlane) -> Iterator[None]:
+    """trainguard's PolicyException CRD, Established, while the block runs; then deleted, since the
+    session's control plane is shared: it is left with the training CRDs only."""
+    control_plane.kubectl(
+        "apply", "-f", str(REPO_ROOT / "deploy" / "crds" / "trainguard.dev_policyexceptions.yaml")
+    )
     try:
-        server.wait_for_cluster_caches()
-        rendered = _checked(
-            trainguard(
-                "webhook-config",
-                "--certs",
-                str(webhook_certs),
-                "--url",
-                server.url,
-                "--config",
-                str(platform_config),
-                "--validating-failure-policy",
-                "Fail",
-                "--mutating-failure-policy",
-                "Ignore",
-                "-o",
-                "yaml",
-            ),
-            "trainguard webhook-config",
-        ).stdout
-        (workdir / "webhook-configurations.yaml").write_text(rendered, encoding="utf-8")
-        control_plane.kubectl("apply", "-f", "-", input=rendered)
-        wait_until_enforced(setup)
-        yield setup
+        control_plane.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", "crd/policyexceptions.trainguard.dev"
+        )
+        yield
     finally:
-        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration"):
-            control_plane.kubectl("delete", kind, CONFIGURATION_NAME, "--ignore-not-found", check=False)
-        # The session's control plane is shared: leave it with the training CRDs only.
         control_plane.kubectl(
             "delete",
             "crd",
@@ -744,10 +752,6 @@ def admission(
             "--timeout=60s",
             check=False,
         )
-        try:
-            server.stop()
-        finally:
-            server.kill()
 
 
 def wait_until_enforced(setup: Admission, timeout: float = PROPAGATION_TIMEOUT) -> None:

@@ -46,6 +46,7 @@ from tests.e2e.webhook_server import (
     WebhookServer,
     priority_class_manifests,
     trainguard,
+    webhook_configurations,
 )
 
 from . import processes
@@ -515,21 +516,7 @@ def start_fleet(
 
         server.start()
         server.wait_for_cluster_caches()
-        rendered = trainguard(
-            "webhook-config",
-            "--certs",
-            str(certs),
-            "--url",
-            server.url,
-            "--config",
-            str(config),
-            "--validating-failure-policy",
-            "Fail",
-            "--mutating-failure-policy",
-            "Ignore",
-            "-o",
-            "yaml",
-        )
+        rendered = webhook_configurations(certs, server.url, config)
         if rendered.returncode != 0:
             raise ControlPlaneError(f"trainguard webhook-config failed:\n{rendered.stderr}")
         (workdir / "trainguard-webhooks.yaml").write_text(rendered.stdout, encoding="utf-8")

@@ -65,8 +65,9 @@ KWOK_NODE_SELECTOR = "type=kwok"
 FINISH_LABEL = "fleet.trainguard.dev/finish"
 
 
-def _insecure_get(url: str) -> int:
-    """Status of a GET that does not verify the server (self-signed health endpoints); 0 if none."""
+def _get_status(url: str) -> int:
+    """Status of a GET, 0 if none; an https URL's server is not verified (the components' health
+    endpoints serve self-signed certificates)."""
     context = ssl.create_default_context()
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -102,7 +103,7 @@ class Component:
         self.health_url = health_url
 
     def healthy(self) -> bool:
-        return _insecure_get(self.health_url) == 200
+        return _get_status(self.health_url) == 200
 
     def stop(self, timeout: float) -> None:
         self.process.stop(timeout)
@@ -220,19 +221,8 @@ def start_training_operator(
     ]
     process = _Process("training-operator", argv, workdir / "training-operator.log", env)
     component = Component(process, f"http://{HOST}:{probe}/readyz")
-    wait_for(process, lambda: _plain_get(component.health_url) == 200, timeout, "/readyz answered 200")
+    wait_for(process, lambda: _get_status(component.health_url) == 200, timeout, "/readyz answered 200")
     return component
-
-
-def _plain_get(url: str) -> int:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=5) as response:
-            return int(response.status)
-    except urllib.error.HTTPError as error:
-        return int(error.code)
-    except OSError:
-        return 0
 
 
 class Kueue(Component):
@@ -273,5 +263,5 @@ def start_kueue(plane: ControlPlane, binary: Path, workdir: Path, certs: Path, t
     ]
     process = _Process("kueue", argv, workdir / "kueue.log", env)
     component = Kueue(process, f"http://{HOST}:{probe}/readyz", webhook)
-    wait_for(process, lambda: _plain_get(component.health_url) == 200, timeout, "/readyz answered 200")
+    wait_for(process, lambda: _get_status(component.health_url) == 200, timeout, "/readyz answered 200")
     return component

@@ -51,7 +51,6 @@ class ObjectRef:
     namespace: str | None
     name: str
     uid: str
-    resource_version: str = ""
 
     @property
     def ident(self) -> str:
@@ -110,7 +109,6 @@ def object_ref(obj: Mapping[str, Any]) -> ObjectRef:
         namespace=meta.get("namespace") or None,
         name=str(meta.get("name") or meta.get("generateName") or ""),
         uid=str(meta.get("uid") or ""),
-        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

@@ -1,5 +1,7 @@
 """Optional cluster awareness; without cluster access the server works from its files alone and
-nothing here is imported. The only package, with webhook/leader.py, that uses the kubernetes client.
+nothing here is imported. With webhook/leader.py and the cluster modules of the audit and recovery
+packages (`audit.cluster`, `audit.cluster_serve`, `recovery.cluster_state`, `recovery.controller`),
+the only code that uses the kubernetes client.
 
     watch         a generic watch cache (list, watch from the list's resourceVersion, re-list on
                   410 Gone, bounded jittered backoff), with pure event handling

@@ -1,4 +1,5 @@
-"""Finding PolicyTest files and reading them strictly: errors name file, document and field."""
+"""Finding PolicyTest files and reading them strictly: errors name the file and the field (a
+PolicyTest file holds one document; a resource file's errors name the document too)."""
 
 from __future__ import annotations
 
@@ -82,12 +83,7 @@ def load_test_file(path: str | Path) -> PolicyTestFile:
     if len(docs) != 1:
         raise r.fail(f"a PolicyTest file holds exactly one document, found {len(docs)}")
     doc = r.mapping(docs[0].data, "(document)", _TOP_FIELDS)
-    if doc.get("apiVersion") != API_VERSION or doc.get("kind") != KIND:
-        raise r.fail(
-            f"expected apiVersion {API_VERSION} and kind {KIND}, "
-            f"got {doc.get('apiVersion')!r} / {doc.get('kind')!r}",
-            "kind",
-        )
+    r.document_kind(doc, API_VERSION, KIND, "kind")
     meta = r.mapping(doc.get("metadata"), "metadata", {"name", "labels", "annotations"})
     name = r.string(meta.get("name"), "metadata.name") or path.stem
     request = r.mapping(doc.get("request"), "request", _REQUEST_FIELDS)
@@ -113,7 +109,6 @@ def load_test_file(path: str | Path) -> PolicyTestFile:
         user_info=dict(user_info),
         exceptions=_exceptions(r, doc.get("exceptions")),
         resources=resources,
-        old_resources=old,
         cases=cases,
         now=_now(r, doc.get("now")),
     )

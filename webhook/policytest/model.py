@@ -75,7 +75,6 @@ class PolicyTestFile:
     user_info: dict[str, Any]
     exceptions: tuple[PolicyException, ...]
     resources: tuple[Resource, ...]
-    old_resources: tuple[Resource, ...]
     cases: tuple[PolicyTestCase, ...]
     now: datetime | None = None
 

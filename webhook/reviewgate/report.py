@@ -1,6 +1,6 @@
 """Manifest documents -> a Report: per workload its decision, the five answers, findings and patch.
 
-The renderers (markdown, sarif, junit, and the JSON record here) all read one Report, so the
+The renderers (markdown, sarif, junit, and record's JSON) all read one Report, so the
 formats cannot disagree. Every finding carries the line of the field it names, found in the
 document as written (a field that only the mutation adds points at its nearest existing parent).
 """

@@ -77,12 +77,7 @@ def parse_container(
     """
     # parse_launch's spec, without building the LaunchParse around it: this runs for every
     # container of every admitted object.
-    meter = budget.meter() if budget is not None else Meter()
-    try:
-        return _parse(command, args, env, injected, container_index, meter, spec_of)
-    finally:
-        if budget is not None:
-            budget.spent(meter)
+    return _metered(budget, lambda m: _parse(command, args, env, injected, container_index, m, spec_of))[0]
 
 
 def parse_launch(
@@ -95,18 +90,25 @@ def parse_launch(
     budget: WorkloadBudget | None = None,
 ) -> LaunchParse:
     """Like parse_container, with the launched argv, the reason for an INVALID verdict and the work spent."""
-    meter = budget.meter() if budget is not None else Meter()
-    try:
-        parsed = _parse(command, args, env, injected, container_index, meter, evaluate)
-        return parsed if parsed is not None else LaunchParse(spec=None, work=meter.work)
-    finally:
-        if budget is not None:
-            budget.spent(meter)
+    parsed, work = _metered(
+        budget, lambda m: _parse(command, args, env, injected, container_index, m, evaluate)
+    )
+    return parsed if parsed is not None else LaunchParse(spec=None, work=work)
 
 
 _T = TypeVar("_T")
 # What a found launch becomes: evaluate (a LaunchParse) or spec_of (its spec alone).
 _Finish = Callable[[Found, Meter, "Mapping[str, Injected] | None", "str | None"], _T]
+
+
+def _metered(budget: WorkloadBudget | None, parse: Callable[[Meter], _T]) -> tuple[_T, int]:
+    """`parse` on a meter of the workload's budget, charged even when it raises; and the work it took."""
+    meter = budget.meter() if budget is not None else Meter()
+    try:
+        return parse(meter), meter.work
+    finally:
+        if budget is not None:
+            budget.spent(meter)
 
 
 def _parse(
