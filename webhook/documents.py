@@ -412,34 +412,17 @@ def _load_documents(
             index += 1
             if node is None:
                 continue
-            start = node.start_mark.line + 1 + offset
             try:
-                data = _build_document(loader, node, has_aliases, path, index, start, offset)
-                if data is not None:  # a structural refusal stops only its own document too
-                    _check_document(data, path, index, start)
+                doc = _document(loader, node, has_aliases, path, index, offset, track_lines)
             except InputError as exc:
                 if errors is None:
                     raise
                 errors.append(exc)
                 continue
-            if data is None:
-                continue
-            doc = Document(data, f"{path}#{index}", path, index, start)
-            if track_lines:
-                _record_lines(node, "", doc.lines)
-                if offset:
-                    doc.lines = {k: v + offset for k, v in doc.lines.items()}
-            docs.append(doc)
+            if doc is not None:
+                docs.append(doc)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        error = _SyntaxError(
-            f"malformed YAML: {exc.problem or exc.context}",
-            source=path,
-            document=first - 1 + _document_at(text, mark.line) if mark else index + 1,
-            line=mark.line + 1 + offset if mark else None,
-        )
-        error.mark_index = mark.index if mark else None
-        raise error from None
+        raise _syntax_error(exc, text, path, first, index, offset) from None
     except yaml.YAMLError as exc:
         raise InputError(f"malformed YAML: {exc}", source=path, document=index + 1) from None
     except RecursionError:
@@ -450,6 +433,45 @@ def _load_documents(
         raise InputError("too large to decode in memory", source=path, document=index or 1) from None
     finally:
         loader.dispose()
+
+
+def _document(
+    loader: _Loader,
+    node: yaml.Node,
+    has_aliases: bool,
+    path: str,
+    index: int,
+    offset: int,
+    track_lines: bool,
+) -> Document | None:
+    """Document `index` built from its node and checked (None: nothing there); InputError for
+    what stops this document only."""
+    start = node.start_mark.line + 1 + offset
+    data = _build_document(loader, node, has_aliases, path, index, start, offset)
+    if data is None:
+        return None
+    _check_document(data, path, index, start)
+    doc = Document(data, f"{path}#{index}", path, index, start)
+    if track_lines:
+        _record_lines(node, "", doc.lines)
+        if offset:
+            doc.lines = {k: v + offset for k, v in doc.lines.items()}
+    return doc
+
+
+def _syntax_error(
+    exc: yaml.MarkedYAMLError, text: str, path: str, first: int, index: int, offset: int
+) -> _SyntaxError:
+    """The parser stopped: where, in documents and lines of the file, and in characters of `text`."""
+    mark = exc.problem_mark or exc.context_mark
+    error = _SyntaxError(
+        f"malformed YAML: {exc.problem or exc.context}",
+        source=path,
+        document=first - 1 + _document_at(text, mark.line) if mark else index + 1,
+        line=mark.line + 1 + offset if mark else None,
+    )
+    error.mark_index = mark.index if mark else None
+    return error
 
 
 def _check_document(data: Any, path: str, index: int, start: int) -> None:
@@ -606,60 +628,68 @@ def check_metadata(
     What the engine files objects under (namespace, name, labels) must be what it seems: a
     mapping where a name belongs reaches caches keyed by it.
     """
-
-    def refuse(field: str, expected: str, got: Any) -> InputError:
-        return InputError(
-            f"must be {expected}, got {_type_name(got)}",
-            source=source,
-            document=document,
-            line=line,
-            field=f"{prefix}metadata{'.' + field if field else ''}",
-        )
-
     meta = obj.get("metadata")
     if meta is None:
         return
-    if not isinstance(meta, dict):
-        raise refuse("", "a mapping", meta)
+    problems = _metadata_problems(meta) if isinstance(meta, dict) else iter([("", "a mapping", meta)])
+    problem = next(problems, None)  # the first is reported
+    if problem is None:
+        return
+    where, expected, got = problem
+    raise InputError(
+        f"must be {expected}, got {_type_name(got)}",
+        source=source,
+        document=document,
+        line=line,
+        field=f"{prefix}metadata{'.' + where if where else ''}",
+    )
+
+
+def _metadata_problems(meta: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
+    """Each field of ObjectMeta whose type is wrong: (field, what it must be, what it is)."""
     for key in _META_STRINGS:
         value = meta.get(key)
         if value is not None and not isinstance(value, str):
-            raise refuse(key, "a string", value)
+            yield key, "a string", value
     for key in _META_TIMES:
         value = meta.get(key)  # YAML reads an unquoted RFC 3339 time as a timestamp
         if value is not None and not isinstance(value, str | datetime.date):
-            raise refuse(key, "an RFC 3339 time string", value)
+            yield key, "an RFC 3339 time string", value
     for key in _META_INTEGERS:
         value = meta.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            raise refuse(key, "an integer", value)
+            yield key, "an integer", value
     for key in _META_STRING_MAPS:
-        value = meta.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, dict):
-            raise refuse(key, "a mapping of strings to strings", value)
-        for k, v in value.items():
-            if not isinstance(k, str):
-                raise refuse(f"{key}.{k}", "a string key", k)
-            if not isinstance(v, str):
-                raise refuse(f"{key}.{k}", 'a string (quote it: "…")', v)
+        yield from _string_map_problems(key, meta.get(key))
     for key in _META_LISTS_OF_MAPPINGS:
-        value = meta.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, list):
-            raise refuse(key, "a list of mappings", value)
-        for i, item in enumerate(value):
-            if not isinstance(item, dict):
-                raise refuse(f"{key}[{i}]", "a mapping", item)
-    finalizers = meta.get("finalizers")
-    if finalizers is not None:
-        if not isinstance(finalizers, list):
-            raise refuse("finalizers", "a list of strings", finalizers)
-        for i, item in enumerate(finalizers):
-            if not isinstance(item, str):
-                raise refuse(f"finalizers[{i}]", "a string", item)
+        yield from _list_problems(key, meta.get(key), dict, "a list of mappings", "a mapping")
+    yield from _list_problems("finalizers", meta.get("finalizers"), str, "a list of strings", "a string")
+
+
+def _string_map_problems(key: str, value: Any) -> Iterator[tuple[str, str, Any]]:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        yield key, "a mapping of strings to strings", value
+        return
+    for k, v in value.items():
+        if not isinstance(k, str):
+            yield f"{key}.{k}", "a string key", k
+        elif not isinstance(v, str):
+            yield f"{key}.{k}", 'a string (quote it: "…")', v
+
+
+def _list_problems(
+    key: str, value: Any, item_type: type, expected: str, item: str
+) -> Iterator[tuple[str, str, Any]]:
+    if value is None:
+        return
+    if not isinstance(value, list):
+        yield key, expected, value
+        return
+    for i, entry in enumerate(value):
+        if not isinstance(entry, item_type):
+            yield f"{key}[{i}]", item, entry
 
 
 def _type_name(value: Any) -> str:
