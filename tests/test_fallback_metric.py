@@ -7,14 +7,12 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
-import orjson
 import pytest
 
 from tests.test_server_metrics_port import served
-from tests.test_server_tls import WAIT, client_context, pod_files, wait_for
+from tests.test_server_tls import REVIEW, WAIT, client_context, wait_for
 from webhook import certs
 from webhook.config import load_config
 from webhook.engine import build_engine, default_policies_dir, load_policy_set
@@ -29,23 +27,6 @@ with warnings.catch_warnings():
 
 JSON = {"content-type": "application/json"}
 FALLBACKS = "trainguard_engine_fallbacks_total"
-JOB: dict[str, Any] = {
-    "apiVersion": "batch/v1",
-    "kind": "Job",
-    "metadata": {"name": "j", "namespace": "ml"},
-    "spec": {
-        "n": 3,
-        "parallelism": 1,
-        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "t", "image": "x"}]}},
-    },
-}
-REVIEW = orjson.dumps(
-    {
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {"uid": "u", "operation": "CREATE", "namespace": "ml", "object": JOB},
-    }
-)
 # Nested lists count against the runtime parser's 32 levels: this one compiles alone but not
 # inside the phase's program, which nests every policy a few levels deeper.
 _DEEP = "[" * 29 + "3" + "]" * 29
@@ -118,9 +99,8 @@ def test_the_shipped_policies_never_fall_back(served_state: tuple[ServerState, T
 
 
 def test_two_workers_sum_their_fallbacks(tmp_path: Path) -> None:
-    files = pod_files(tmp_path, certs.make_ca())
-    for shipped in (files / "policies").iterdir():
-        shipped.unlink()
+    files = tmp_path
+    certs.write_bundle(files / "certs", hosts=["127.0.0.1"], days=2)
     write_policy(files / "policies", TOO_DEEP_TO_JOIN)
     with served(files, "--workers", "2") as (_, port, metrics_port):
         for _ in range(ADMISSIONS):  # a new connection each: the kernel spreads them over the workers
