@@ -628,68 +628,60 @@ def check_metadata(
     What the engine files objects under (namespace, name, labels) must be what it seems: a
     mapping where a name belongs reaches caches keyed by it.
     """
+
+    def refuse(field: str, expected: str, got: Any) -> InputError:
+        return InputError(
+            f"must be {expected}, got {_type_name(got)}",
+            source=source,
+            document=document,
+            line=line,
+            field=f"{prefix}metadata{'.' + field if field else ''}",
+        )
+
     meta = obj.get("metadata")
     if meta is None:
         return
-    problems = _metadata_problems(meta) if isinstance(meta, dict) else iter([("", "a mapping", meta)])
-    problem = next(problems, None)  # the first is reported
-    if problem is None:
-        return
-    where, expected, got = problem
-    raise InputError(
-        f"must be {expected}, got {_type_name(got)}",
-        source=source,
-        document=document,
-        line=line,
-        field=f"{prefix}metadata{'.' + where if where else ''}",
-    )
-
-
-def _metadata_problems(meta: dict[str, Any]) -> Iterator[tuple[str, str, Any]]:
-    """Each field of ObjectMeta whose type is wrong: (field, what it must be, what it is)."""
+    if not isinstance(meta, dict):
+        raise refuse("", "a mapping", meta)
     for key in _META_STRINGS:
         value = meta.get(key)
         if value is not None and not isinstance(value, str):
-            yield key, "a string", value
+            raise refuse(key, "a string", value)
     for key in _META_TIMES:
         value = meta.get(key)  # YAML reads an unquoted RFC 3339 time as a timestamp
         if value is not None and not isinstance(value, str | datetime.date):
-            yield key, "an RFC 3339 time string", value
+            raise refuse(key, "an RFC 3339 time string", value)
     for key in _META_INTEGERS:
         value = meta.get(key)
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
-            yield key, "an integer", value
+            raise refuse(key, "an integer", value)
     for key in _META_STRING_MAPS:
-        yield from _string_map_problems(key, meta.get(key))
+        value = meta.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise refuse(key, "a mapping of strings to strings", value)
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise refuse(f"{key}.{k}", "a string key", k)
+            if not isinstance(v, str):
+                raise refuse(f"{key}.{k}", 'a string (quote it: "…")', v)
     for key in _META_LISTS_OF_MAPPINGS:
-        yield from _list_problems(key, meta.get(key), dict, "a list of mappings", "a mapping")
-    yield from _list_problems("finalizers", meta.get("finalizers"), str, "a list of strings", "a string")
-
-
-def _string_map_problems(key: str, value: Any) -> Iterator[tuple[str, str, Any]]:
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        yield key, "a mapping of strings to strings", value
-        return
-    for k, v in value.items():
-        if not isinstance(k, str):
-            yield f"{key}.{k}", "a string key", k
-        elif not isinstance(v, str):
-            yield f"{key}.{k}", 'a string (quote it: "…")', v
-
-
-def _list_problems(
-    key: str, value: Any, item_type: type, expected: str, item: str
-) -> Iterator[tuple[str, str, Any]]:
-    if value is None:
-        return
-    if not isinstance(value, list):
-        yield key, expected, value
-        return
-    for i, entry in enumerate(value):
-        if not isinstance(entry, item_type):
-            yield f"{key}[{i}]", item, entry
+        value = meta.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, list):
+            raise refuse(key, "a list of mappings", value)
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                raise refuse(f"{key}[{i}]", "a mapping", item)
+    finalizers = meta.get("finalizers")
+    if finalizers is not None:
+        if not isinstance(finalizers, list):
+            raise refuse("finalizers", "a list of strings", finalizers)
+        for i, item in enumerate(finalizers):
+            if not isinstance(item, str):
+                raise refuse(f"finalizers[{i}]", "a string", item)
 
 
 def _type_name(value: Any) -> str:
