@@ -218,8 +218,9 @@ class Metrics:
             "Policies the engine evaluated expression by expression instead of in its phase's one "
             "program, by phase (mutating, validating) and reason (refused when the policy set was "
             "loaded: runtime-cannot-join, variable-name-not-an-identifier, does-not-compile-joined; "
-            "on the request: evaluation-failed, unexpected-value); one per policy and admission, "
-            "kept across policy reloads. Correct, only slower: a steady rate asks for a look.",
+            "on the request: evaluation-failed, unexpected-value); one per policy and decision "
+            "(admissions, and with --audit the audit's), kept across policy reloads. The decision "
+            "is the same, only slower: a steady rate asks for a look.",
             ["phase", "reason"],
             registry=r,
         )
@@ -343,7 +344,8 @@ class Metrics:
 
         The engine counts in memory on its request path; the counter (a file per worker with
         several workers) catches up here, at each scrape and on the server's tick, so that a worker
-        that does not answer the scrape has its count in the files all the same.
+        that does not answer the scrape has its count in the files all the same. Called on the
+        event loop's thread only, as ServerState is used.
         """
         for source in self._fallback_sources:
             for (phase, reason), n in source.added().items():
