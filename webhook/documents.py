@@ -412,34 +412,17 @@ def _load_documents(
             index += 1
             if node is None:
                 continue
-            start = node.start_mark.line + 1 + offset
             try:
-                data = _build_document(loader, node, has_aliases, path, index, start, offset)
-                if data is not None:  # a structural refusal stops only its own document too
-                    _check_document(data, path, index, start)
+                doc = _document(loader, node, has_aliases, path, index, offset, track_lines)
             except InputError as exc:
                 if errors is None:
                     raise
                 errors.append(exc)
                 continue
-            if data is None:
-                continue
-            doc = Document(data, f"{path}#{index}", path, index, start)
-            if track_lines:
-                _record_lines(node, "", doc.lines)
-                if offset:
-                    doc.lines = {k: v + offset for k, v in doc.lines.items()}
-            docs.append(doc)
+            if doc is not None:
+                docs.append(doc)
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        error = _SyntaxError(
-            f"malformed YAML: {exc.problem or exc.context}",
-            source=path,
-            document=first - 1 + _document_at(text, mark.line) if mark else index + 1,
-            line=mark.line + 1 + offset if mark else None,
-        )
-        error.mark_index = mark.index if mark else None
-        raise error from None
+        raise _syntax_error(exc, text, path, first, index, offset) from None
     except yaml.YAMLError as exc:
         raise InputError(f"malformed YAML: {exc}", source=path, document=index + 1) from None
     except RecursionError:
@@ -450,6 +433,45 @@ def _load_documents(
         raise InputError("too large to decode in memory", source=path, document=index or 1) from None
     finally:
         loader.dispose()
+
+
+def _document(
+    loader: _Loader,
+    node: yaml.Node,
+    has_aliases: bool,
+    path: str,
+    index: int,
+    offset: int,
+    track_lines: bool,
+) -> Document | None:
+    """Document `index` built from its node and checked (None: nothing there); InputError for
+    what stops this document only."""
+    start = node.start_mark.line + 1 + offset
+    data = _build_document(loader, node, has_aliases, path, index, start, offset)
+    if data is None:
+        return None
+    _check_document(data, path, index, start)
+    doc = Document(data, f"{path}#{index}", path, index, start)
+    if track_lines:
+        _record_lines(node, "", doc.lines)
+        if offset:
+            doc.lines = {k: v + offset for k, v in doc.lines.items()}
+    return doc
+
+
+def _syntax_error(
+    exc: yaml.MarkedYAMLError, text: str, path: str, first: int, index: int, offset: int
+) -> _SyntaxError:
+    """The parser stopped: where, in documents and lines of the file, and in characters of `text`."""
+    mark = exc.problem_mark or exc.context_mark
+    error = _SyntaxError(
+        f"malformed YAML: {exc.problem or exc.context}",
+        source=path,
+        document=first - 1 + _document_at(text, mark.line) if mark else index + 1,
+        line=mark.line + 1 + offset if mark else None,
+    )
+    error.mark_index = mark.index if mark else None
+    return error
 
 
 def _check_document(data: Any, path: str, index: int, start: int) -> None:

@@ -213,6 +213,18 @@ class Metrics:
             buckets=_GATED_BUCKETS,
             registry=r,
         )
+        self.engine_fallbacks = Counter(
+            "trainguard_engine_fallbacks",
+            "Policies the engine evaluated expression by expression instead of in its phase's one "
+            "program, by phase (mutating, validating) and reason (refused when the policy set was "
+            "loaded: runtime-cannot-join, variable-name-not-an-identifier, does-not-compile-joined; "
+            "on the request: evaluation-failed, unexpected-value); one per policy and decision "
+            "(admissions, and with --audit the audit's), kept across policy reloads. The decision "
+            "is the same, only slower: a steady rate asks for a look.",
+            ["phase", "reason"],
+            registry=r,
+        )
+        self._fallback_sources: list[_Totals] = []
         for reason in _RESUME_REASONS:  # every series from the start, so a rate is 0 rather than absent
             self.resume_releases.labels(reason)
         for tier in (*_TIERS, "other"):
@@ -314,10 +326,36 @@ class Metrics:
             self.resume_gated.labels(tier).set(counts.get(tier, 0))
         self.resume_gated.labels("other").set(sum(n for t, n in counts.items() if t not in _TIERS))
 
+    # -- engine ---------------------------------------------------------------------------------
+
+    def follow_fallbacks(self, totals: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        """Count what `totals` (a new engine's running fallback counts, from zero) adds from now on.
+
+        The engine it replaces is still followed until the next replacement: admissions it was
+        deciding on deciding threads when it was replaced still count.
+        """
+        self.observe_fallbacks()
+        if self._fallback_sources and self._fallback_sources[-1].reads(totals):
+            return  # the same engine installed again (a forked worker's metrics start afresh)
+        self._fallback_sources = [*self._fallback_sources[-1:], _Totals(totals)]
+
+    def observe_fallbacks(self) -> None:
+        """Add to the counter what the followed engines counted since the last call.
+
+        The engine counts in memory on its request path; the counter (a file per worker with
+        several workers) catches up here, at each scrape and on the server's tick, so that a worker
+        that does not answer the scrape has its count in the files all the same. Called on the
+        event loop's thread only, as ServerState is used.
+        """
+        for source in self._fallback_sources:
+            for (phase, reason), n in source.added().items():
+                self.engine_fallbacks.labels(phase, reason).inc(n)
+
     def set_certificate_not_after(self, timestamp: float | None) -> None:
         self._not_after = timestamp
 
     def render(self) -> bytes:
+        self.observe_fallbacks()
         if self.multiprocess_dir is None:
             return generate_latest(self.registry)
         every_worker = CollectorRegistry()
@@ -350,3 +388,20 @@ def _child(cache: dict[Any, _M], key: Any, metric: _M, *labels: str) -> _M:
         if len(cache) < _CACHED_CHILDREN:
             cache[key] = child
     return child
+
+
+class _Totals:
+    """Running totals read from their owner, and what each read adds to the previous one."""
+
+    def __init__(self, read: Callable[[], Mapping[tuple[str, str], int]]) -> None:
+        self._read = read
+        self._seen: dict[tuple[str, str], int] = {}
+
+    def reads(self, read: Callable[[], Mapping[tuple[str, str], int]]) -> bool:
+        return read == self._read  # bound methods are equal when they are of the same object
+
+    def added(self) -> dict[tuple[str, str], int]:
+        now = self._read()
+        added = {key: n - self._seen.get(key, 0) for key, n in now.items() if n > self._seen.get(key, 0)}
+        self._seen = dict(now)
+        return added

@@ -177,55 +177,15 @@ class Reporter:
         if engine is None:
             return
         if self._takeover:
-            # What another leader (or this one, earlier) wrote is unknown: decide everything again,
-            # and list the reports that exist so that those nothing backs any more get deleted.
-            self._auditor = None
-            self._written.clear()
-            self._stale = {(fmt, key) for fmt in self.formats for key in self.store.existing(APIS[fmt])}
-            self._takeover = False
+            self._take_over()
         start = time.perf_counter()
         full = self._auditor is None or self._auditor.engine is not engine
         if full:
             self._auditor = Auditor(engine)
         auditor = self._auditor
         assert auditor is not None
-        seen: set[str] = set()
-        decided = 0
-        for obj in self.objects():
-            meta = obj.get("metadata") or {}
-            uid = str(meta.get("uid") or "")
-            if not uid:
-                continue
-            seen.add(uid)
-            version = str(meta.get("resourceVersion") or "")
-            if not full and self._versions.get(uid) == version:
-                continue
-            decided += 1
-            if decided % 32 == 0:
-                # Hand the GIL over: admissions on the event loop must not queue behind a re-scan.
-                time.sleep(0)
-            audit = auditor.audit(obj)
-            old = self._audits.get(uid)
-            self._versions[uid] = version
-            namespace = meta.get("namespace") or None
-            if audit is None:
-                if old is not None:
-                    del self._audits[uid]
-                    self._dirty_namespaces.add(namespace)
-                continue
-            if old is not None and old.rows == audit.rows and old.ref.namespace == audit.ref.namespace:
-                # Same findings: keep the old audit (and its timestamp); only the version moved.
-                self._audits[uid] = ObjectAudit(
-                    audit.ref, old.rows, old.role, old.klass, old.tier, decided_at=old.decided_at
-                )
-                continue
-            self._audits[uid] = audit
-            self._dirty_namespaces.add(namespace)
-        for uid in set(self._versions) - seen:
-            del self._versions[uid]
-            gone = self._audits.pop(uid, None)
-            if gone is not None:
-                self._dirty_namespaces.add(gone.ref.namespace)
+        seen, decided = self._decide_changed(auditor, full)
+        self._forget_gone(seen)
         if full:
             self._dirty_namespaces |= {a.ref.namespace for a in self._audits.values()}
             self._dirty_namespaces |= {key[0] for _fmt, key in self._stale}
@@ -250,6 +210,61 @@ class Reporter:
         self.passes += 1
         if not self._dirty_namespaces:
             self.complete.set()
+
+    def _take_over(self) -> None:
+        # What another leader (or this one, earlier) wrote is unknown: decide everything again,
+        # and list the reports that exist so that those nothing backs any more get deleted.
+        self._auditor = None
+        self._written.clear()
+        self._stale = {(fmt, key) for fmt in self.formats for key in self.store.existing(APIS[fmt])}
+        self._takeover = False
+
+    def _decide_changed(self, auditor: Auditor, full: bool) -> tuple[set[str], int]:
+        """Decide every object (`full`) or those whose version moved; the uids seen and how many
+        objects were decided."""
+        seen: set[str] = set()
+        decided = 0
+        for obj in self.objects():
+            meta = obj.get("metadata") or {}
+            uid = str(meta.get("uid") or "")
+            if not uid:
+                continue
+            seen.add(uid)
+            version = str(meta.get("resourceVersion") or "")
+            if not full and self._versions.get(uid) == version:
+                continue
+            decided += 1
+            if decided % 32 == 0:
+                # Hand the GIL over: admissions on the event loop must not queue behind a re-scan.
+                time.sleep(0)
+            audit = auditor.audit(obj)
+            self._versions[uid] = version  # only once decided: a pass that fails here retries it
+            self._record(uid, meta.get("namespace") or None, audit)
+        return seen, decided
+
+    def _record(self, uid: str, namespace: str | None, audit: ObjectAudit | None) -> None:
+        """Keep an object's new audit; its namespace's reports are rewritten when it changed."""
+        old = self._audits.get(uid)
+        if audit is None:
+            if old is not None:
+                del self._audits[uid]
+                self._dirty_namespaces.add(namespace)
+            return
+        if old is not None and old.rows == audit.rows and old.ref.namespace == audit.ref.namespace:
+            # Same findings: keep the old audit (and its timestamp); only the version moved.
+            self._audits[uid] = ObjectAudit(
+                audit.ref, old.rows, old.role, old.klass, old.tier, decided_at=old.decided_at
+            )
+            return
+        self._audits[uid] = audit
+        self._dirty_namespaces.add(namespace)
+
+    def _forget_gone(self, seen: set[str]) -> None:
+        for uid in set(self._versions) - seen:
+            del self._versions[uid]
+            gone = self._audits.pop(uid, None)
+            if gone is not None:
+                self._dirty_namespaces.add(gone.ref.namespace)
 
     def _counts(self) -> dict[tuple[str, str], int]:
         counts: dict[tuple[str, str], int] = {}

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from webhook.cli import EXIT_ALLOWED, EXIT_DENIED
 from webhook.cli._file_engine import add_policy_args, load_policy_exceptions
 from webhook.config import load_config
 from webhook.engine import Engine, build_engine, load_policy_set
+
+if TYPE_CHECKING:
+    from webhook.audit.decide import ObjectAudit
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -80,9 +83,8 @@ def run(args: argparse.Namespace) -> int:
     # The kubernetes client and tqdm are imported here: `trainguard check` does not pay for them.
     from webhook.audit import cluster
     from webhook.audit.compare import compare
-    from webhook.audit.decide import Auditor, ObjectAudit, Result
+    from webhook.audit.decide import Result
     from webhook.audit.render import AuditRun, write
-    from webhook.audit.scan import scan
 
     config = load_config(args.config)
     policies = load_policy_set(args.policies or (), args.cel)
@@ -92,36 +94,12 @@ def run(args: argparse.Namespace) -> int:
     scope = f"namespace {namespace}" if namespace else "all namespaces"
 
     api = cluster.api_client(kubeconfig=args.kubeconfig, context=args.context, in_cluster=args.in_cluster)
-    missing: list[str] = []
-    audits: list[ObjectAudit] = []
-    pairs: list[tuple[ObjectAudit | None, ObjectAudit | None]] = []
     with cluster.reading():
         # The cluster's facts as the webhook's caches hold them, its eviction records included.
         facts = cluster.listed_facts(api, file_exceptions)
-
-        def engine(policy_set: Any) -> Engine:
-            return build_engine(policy_set, config, facts)
-
-        current = Auditor(engine(policies))
-        candidate = Auditor(engine(proposed)) if proposed is not None else None
-        with _progress() as bar:
-            lister = cluster.ClusterLister(api)
-            for obj in scan(
-                lister,
-                namespace,
-                page_size=args.page_size,
-                on_page=_counter(bar),
-                on_missing=lambda kind: missing.append(f"{kind.plural}.{kind.group or 'core'}"),
-            ):
-                audit = current.audit(obj)
-                if audit is not None:
-                    audits.append(audit)
-                if candidate is not None:
-                    after = candidate.audit(obj)
-                    if audit is not None or after is not None:
-                        pairs.append((audit, after))
-                if bar is not None:
-                    bar.update(1)
+        current = build_engine(policies, config, facts)
+        candidate = build_engine(proposed, config, facts) if proposed is not None else None
+        audits, pairs, missing = _scan(api, namespace, args.page_size, current, candidate)
 
     audits.sort(key=lambda a: (a.ref.namespace or "", a.ref.kind, a.ref.name))
     level: Result = "warn" if args.fail_on == "warn" else "fail"
@@ -140,6 +118,40 @@ def run(args: argparse.Namespace) -> int:
     if comparison is not None:
         return EXIT_DENIED if comparison.newly_failing else EXIT_ALLOWED
     return EXIT_DENIED if any(a.failing(level) for a in audits) else EXIT_ALLOWED
+
+
+def _scan(
+    api: Any, namespace: str | None, page_size: int, current: Engine, candidate: Engine | None
+) -> tuple[list[ObjectAudit], list[tuple[ObjectAudit | None, ObjectAudit | None]], list[str]]:
+    """Every listed object decided by `current` (and by `candidate`, to compare): the audits, the
+    pairs of audits where either engine has one, and the resources the cluster does not serve."""
+    from webhook.audit import cluster
+    from webhook.audit.decide import Auditor
+    from webhook.audit.scan import scan
+
+    by_current = Auditor(current)
+    by_candidate = Auditor(candidate) if candidate is not None else None
+    missing: list[str] = []
+    audits: list[ObjectAudit] = []
+    pairs: list[tuple[ObjectAudit | None, ObjectAudit | None]] = []
+    with _progress() as bar:
+        for obj in scan(
+            cluster.ClusterLister(api),
+            namespace,
+            page_size=page_size,
+            on_page=_counter(bar),
+            on_missing=lambda kind: missing.append(f"{kind.plural}.{kind.group or 'core'}"),
+        ):
+            audit = by_current.audit(obj)
+            if audit is not None:
+                audits.append(audit)
+            if by_candidate is not None:
+                after = by_candidate.audit(obj)
+                if audit is not None or after is not None:
+                    pairs.append((audit, after))
+            if bar is not None:
+                bar.update(1)
+    return audits, pairs, missing
 
 
 def _counter(bar: Any) -> Any:

@@ -33,6 +33,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "cannot start (no TLS files, a broken policy set or config)."
         ),
     )
+    _tls_args(p)
+    _listen_args(p)
+    _policy_args(p)
+    _cluster_args(p)
+    _serving_args(p)
+    _limit_args(p)
+    _setting(p, "--log-level", "what is logged", choices=LEVELS)
+    p.set_defaults(run=run)
+
+
+def _tls_args(p: argparse.ArgumentParser) -> None:
     tls = p.add_argument_group("TLS (required: the webhook serves HTTPS only)")
     tls.add_argument("--tls-cert", metavar="FILE", help="serving certificate (PEM), e.g. certs/tls.crt")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM), e.g. certs/tls.key")
@@ -42,6 +53,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="mutual TLS: /validate and /mutate answer 401 unless the client presents a certificate "
         "signed by this CA (PEM; reloaded on change); probes and /metrics need none",
     )
+
+
+def _listen_args(p: argparse.ArgumentParser) -> None:
     _setting(p, "--host", "address to listen on")
     _setting(p, "--port", "port to listen on", type=_port)
     p.add_argument(
@@ -51,6 +65,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="serve /metrics on this port only (HTTPS, the same certificate), so that a NetworkPolicy "
         "can let scrapers reach /metrics and not /validate or /mutate (default: /metrics on --port)",
     )
+
+
+def _policy_args(p: argparse.ArgumentParser) -> None:
     add_policy_args(p)
     p.add_argument(
         "--exceptions",
@@ -59,6 +76,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="PolicyException files or directories, reloaded on change (repeatable); with cluster "
         "access, PolicyException objects are watched too",
     )
+
+
+def _cluster_args(p: argparse.ArgumentParser) -> None:
     cluster = p.add_argument_group("cluster (optional: caches of PriorityClasses and TrainingRuntimes)")
     access = cluster.add_mutually_exclusive_group()
     access.add_argument("--kubeconfig", metavar="FILE", help="cluster credentials from a kubeconfig")
@@ -108,6 +128,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "Reports, or both",
         choices=("wgpolicy", "openreports", "both"),
     )
+
+
+def _serving_args(p: argparse.ArgumentParser) -> None:
+    """Reloads, the stop, and the largest body."""
     seconds = {"type": _positive_float, "metavar": "S"}
     _setting(
         p,
@@ -132,6 +156,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         type=_positive_int,
         metavar="N",
     )
+
+
+def _limit_args(p: argparse.ArgumentParser) -> None:
+    seconds = {"type": _positive_float, "metavar": "S"}
     limits = p.add_argument_group("isolation and limits (per worker process)")
     limits.add_argument(
         "--workers",
@@ -186,8 +214,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "seconds a request has to send its body after its headers, else 408 and close",
         **seconds,
     )
-    _setting(p, "--log-level", "what is logged", choices=LEVELS)
-    p.set_defaults(run=run)
 
 
 def _setting(group: argparse._ActionsContainer, flag: str, text: str, **options: Any) -> None:

@@ -26,11 +26,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "it registers itself."
         ),
     )
+    _ca_args(parser)
+    _target_args(parser)
+    _configuration_args(parser)
+    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    parser.set_defaults(run=run)
+
+
+def _ca_args(parser: argparse.ArgumentParser) -> None:
+    """Where the caBundle comes from (none: the server fills it in)."""
     ca = parser.add_mutually_exclusive_group()
     ca.add_argument("--ca-bundle", metavar="FILE", type=Path, help="PEM file of the CA that signed the cert")
     ca.add_argument(
         "--certs", metavar="DIR", type=Path, help=f"directory written by `trainguard certs` ({CA_CERT})"
     )
+
+
+def _target_args(parser: argparse.ArgumentParser) -> None:
+    """Where the API server sends admissions: a Service, or a URL."""
     parser.add_argument(
         "--service", metavar="NAME", help=f"webhook Service name (default: {install_names.SERVICE})"
     )
@@ -48,6 +61,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         metavar="URL",
         help="https://HOST:PORT of a webhook outside the cluster, instead of a Service",
     )
+
+
+def _configuration_args(parser: argparse.ArgumentParser) -> None:
+    """The configurations' names, failure policies, timeout and what they never send."""
     parser.add_argument(
         "--name",
         default=install_names.CONFIGURATIONS,
@@ -83,8 +100,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_false",
         help="send plain CPU Pods, Deployments and StatefulSets to the webhook too",
     )
-    parser.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
-    parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -155,62 +155,66 @@ def plan(
     for w in workloads:
         if is_resuming(w, settings.get(w.tier), now):
             resuming.setdefault(w.queue, []).append(w.key)
-
     releases: list[Release] = []
     waiting: dict[str, str] = {}
-    gated = [w for w in workloads if w.gated]
-    gated.sort(key=lambda w: (-w.priority, w.evicted_at or w.gated_since, w.key))
+    gated = sorted(
+        (w for w in workloads if w.gated), key=lambda w: (-w.priority, w.evicted_at or w.gated_since, w.key)
+    )
     for w in gated:
-        s = settings.get(w.tier)
-        if s is None:
-            releases.append(Release(w, "ResumeUngoverned", f"tier {w.tier} is no longer governed: released"))
-            continue
-        if w.released_at is not None:  # pods created after the rest of the workload was released
-            releases.append(Release(w, "ResumeRest", "the rest of the workload was already released"))
-            continue
-        gated_for = (now - w.gated_since).total_seconds()
-        if gated_for >= s.max_gated:
-            releases.append(
-                Release(
-                    w,
-                    "ResumeBoundReached",
-                    f"gated for {_human(gated_for)}, the longest the platform allows "
-                    f"({_human(s.max_gated)}): released without waiting for its queue",
-                )
-            )
-            continue
-        start = w.evicted_at or w.gated_since
-        cooled = start + timedelta(seconds=s.cooldown)
-        if now < cooled:
-            waiting[w.key] = (
-                f"cooldown after its eviction at {_stamp(start)}: waits until {_stamp(cooled)} "
-                f"({_human(s.cooldown)} for the {w.tier} tier)"
-            )
-            continue
-        if len(w.gated) < w.expected_pods:
-            waiting[w.key] = (
-                f"{len(w.gated)} of its {w.expected_pods} pods exist: released together when all do"
-            )
-            continue
-        busy = resuming.get(w.queue, [])
-        if len(busy) >= s.max_resuming:
-            waiting[w.key] = (
-                f"queue {w.queue} has {len(busy)} of {s.max_resuming} workloads resuming "
-                f"({', '.join(sorted(busy))})"
-            )
-            continue
-        busy.append(w.key)
-        resuming[w.queue] = busy
-        releases.append(
-            Release(
-                w,
-                "ResumeReleased",
-                f"cooldown over, queue {w.queue} has room ({len(busy)} of {s.max_resuming} resuming): "
-                f"released {len(w.gated)} pods at priority {w.priority}",
-            )
-        )
+        outcome = _release_or_wait(w, settings.get(w.tier), now, resuming)
+        if isinstance(outcome, Release):
+            releases.append(outcome)
+        else:
+            waiting[w.key] = outcome
     unsettled = tuple(w.key for w in workloads if is_unsettled(w, settings.get(w.tier), now))
     return Plan(tuple(releases), waiting, {q: tuple(keys) for q, keys in resuming.items()}, unsettled)
+
+
+def _release_or_wait(
+    w: ResumeWorkload, s: TierSettings | None, now: datetime, resuming: dict[str, list[str]]
+) -> Release | str:
+    """A gated workload's release now, or why it waits; a release for its queue's room is added
+    to `resuming` (workloads decided after it see the queue fuller)."""
+    if s is None:
+        return Release(w, "ResumeUngoverned", f"tier {w.tier} is no longer governed: released")
+    if w.released_at is not None:  # pods created after the rest of the workload was released
+        return Release(w, "ResumeRest", "the rest of the workload was already released")
+    gated_for = (now - w.gated_since).total_seconds()
+    if gated_for >= s.max_gated:
+        return Release(
+            w,
+            "ResumeBoundReached",
+            f"gated for {_human(gated_for)}, the longest the platform allows "
+            f"({_human(s.max_gated)}): released without waiting for its queue",
+        )
+    busy = resuming.get(w.queue, [])
+    why = _why_waiting(w, s, now, busy)
+    if why is not None:
+        return why
+    resuming[w.queue] = [*busy, w.key]
+    return Release(
+        w,
+        "ResumeReleased",
+        f"cooldown over, queue {w.queue} has room ({len(busy) + 1} of {s.max_resuming} resuming): "
+        f"released {len(w.gated)} pods at priority {w.priority}",
+    )
+
+
+def _why_waiting(w: ResumeWorkload, s: TierSettings, now: datetime, busy: list[str]) -> str | None:
+    """Why a gated workload within its bound waits (cooldown, missing pods, a full queue), if it does."""
+    start = w.evicted_at or w.gated_since
+    cooled = start + timedelta(seconds=s.cooldown)
+    if now < cooled:
+        return (
+            f"cooldown after its eviction at {_stamp(start)}: waits until {_stamp(cooled)} "
+            f"({_human(s.cooldown)} for the {w.tier} tier)"
+        )
+    if len(w.gated) < w.expected_pods:
+        return f"{len(w.gated)} of its {w.expected_pods} pods exist: released together when all do"
+    if len(busy) >= s.max_resuming:
+        resuming = ", ".join(sorted(busy))
+        return f"queue {w.queue} has {len(busy)} of {s.max_resuming} workloads resuming ({resuming})"
+    return None
 
 
 # -- reading pods -------------------------------------------------------------------------------

@@ -117,6 +117,7 @@ class ServerState:
 
     def install(self, engine: Engine) -> None:
         self.engine = engine
+        self.metrics.follow_fallbacks(engine.fallbacks.counts)
         self.metrics.ready.set(self.ready)
         self.metrics.policy_set_policies.set(len(engine.policies.policies))
 

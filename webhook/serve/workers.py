@@ -83,23 +83,57 @@ def _stop_with_parent(parent: int) -> None:
 def run(server: WebhookServer, settings: Settings) -> int:
     """Serve with `settings.workers` processes until SIGTERM/SIGINT; 0 when every worker drained."""
     sock = bind(settings.host, settings.port, server.config.backlog)
-    parent = os.getpid()
-    children: dict[int, int] = {}  # pid -> worker index
-    stopping: list[int] = []  # the signal that asked us to stop, once one did
+    supervisor = _Supervisor(server, sock, settings.recycle_after)
+    original = {sig: signal.signal(sig, supervisor.on_signal) for sig in stopsignal.STOP_SIGNALS}
+    supervisor.stopping.extend(stopsignal.take())  # asked to stop while the server was being built
+    try:
+        supervisor.start_all(settings.workers or default_workers())
+        # Bounded: after a stop signal the workers have shutdown_delay + graceful_timeout to drain.
+        supervisor.supervise(drain_limit=settings.shutdown_delay + settings.graceful_timeout + 5.0)
+    finally:
+        for sig, handler in original.items():
+            signal.signal(sig, handler)
+        sock.close()
+        if server.metrics_listener is not None:
+            server.metrics_listener[1].close()
+        supervisor.close()
+    log.info("stopped")
+    return 1 if supervisor.failed else 0
 
-    def on_signal(sig: int, frame: object) -> None:
-        stopping.append(sig)
-        for pid in children:
+
+class _Supervisor:
+    """The parent's view of its workers: which run, which replace or retire which, and whether
+    the whole ended in a failure."""
+
+    def __init__(self, server: WebhookServer, sock: socket.socket, recycle_after: int) -> None:
+        self.server = server
+        self.sock = sock
+        self.recycle_after = recycle_after
+        self.parent = os.getpid()
+        self.children: dict[int, int] = {}  # pid -> worker index
+        self.stopping: list[int] = []  # the signal that asked us to stop, once one did
+        # Workers tell the supervisor through a pipe: "R" ready (accepting), "O" old (replace me).
+        # Five bytes a message, far below PIPE_BUF, so the writes of several workers never interleave.
+        self.inbox, self.outbox = os.pipe()
+        os.set_blocking(self.inbox, False)
+        self.replacing: dict[int, int] = {}  # new pid -> the pid of the worker it replaces, until ready
+        self.retiring: set[int] = set()
+        self.restarts: list[float] = []
+        self.failed = False
+
+    def on_signal(self, sig: int, frame: object) -> None:
+        self.stopping.append(sig)
+        for pid in self.children:
             _signal(pid, sig)
 
-    # Workers tell the supervisor through a pipe: "R" ready (accepting), "O" old (replace me).
-    # Five bytes a message, far below PIPE_BUF, so the writes of several workers never interleave.
-    inbox, outbox = os.pipe()
-    os.set_blocking(inbox, False)
-    replacing: dict[int, int] = {}  # new pid -> the pid of the worker it replaces, until it is ready
-    retiring: set[int] = set()
+    def start_all(self, workers: int) -> None:
+        for index in range(workers):
+            if self.stopping:
+                break  # a worker forked now would only be stopped again
+            self.start(index)
+        log.info("workers started", extra={"workers": len(self.children), "pids": sorted(self.children)})
 
-    def start(index: int) -> int:
+    def start(self, index: int) -> int:
         # Stop signals wait while a worker is forked: one that came between fork() and the pid
         # being listed would reach the supervisor but never the new worker, which would then
         # serve on until it is killed. Pending signals are not inherited, so the worker starts
@@ -108,93 +142,79 @@ def run(server: WebhookServer, settings: Settings) -> int:
         try:
             pid = os.fork()
             if pid == 0:
-                os.close(inbox)
-                _worker(server, index, parent, sock, outbox, settings.recycle_after)
-            children[pid] = index
+                os.close(self.inbox)
+                _worker(self.server, index, self.parent, self.sock, self.outbox, self.recycle_after)
+            self.children[pid] = index
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stopsignal.STOP_SIGNALS)
         return pid
 
-    def read_inbox() -> None:
+    def supervise(self, drain_limit: float) -> None:
+        """Until every worker has exited: messages, exits, restarts, and the drain's time limit."""
+        stop_at: float | None = None
+        while self.children:
+            if self.stopping and stop_at is None:
+                stop_at = time.monotonic() + drain_limit
+            if stop_at is not None and time.monotonic() > stop_at:
+                self._kill_all()
+                stop_at = math.inf
+            self._read_inbox()
+            pid, status = os.waitpid(-1, os.WNOHANG)
+            if pid == 0:
+                time.sleep(_POLL)
+            elif pid in self.children:
+                self._exited(pid, os.waitstatus_to_exitcode(status))
+
+    def close(self) -> None:
+        os.close(self.inbox)
+        os.close(self.outbox)
+
+    def _kill_all(self) -> None:
+        for pid in self.children:
+            _signal(pid, signal.SIGKILL)
+        log.error("workers killed: not drained in time", extra={"pids": sorted(self.children)})
+        self.failed = True
+
+    def _read_inbox(self) -> None:
         try:
-            data = os.read(inbox, 819 * _MESSAGE.size)  # whole messages only
+            data = os.read(self.inbox, 819 * _MESSAGE.size)  # whole messages only
         except BlockingIOError:
             return
         for offset in range(0, len(data), _MESSAGE.size):
             kind, pid = _MESSAGE.unpack_from(data, offset)
-            if kind == b"O" and pid in children and pid not in retiring and not stopping:
+            if kind == b"O" and pid in self.children and pid not in self.retiring and not self.stopping:
                 # The replacement starts first; the old worker stops accepting only once it is ready.
-                replacing[start(children[pid])] = pid
+                self.replacing[self.start(self.children[pid])] = pid
                 log.info("recycling a worker: starting its replacement", extra={"pid": pid})
-            elif kind == b"R" and pid in replacing:
-                old = replacing.pop(pid)
-                retiring.add(old)
+            elif kind == b"R" and pid in self.replacing:
+                old = self.replacing.pop(pid)
+                self.retiring.add(old)
                 _signal(old, _RETIRE)
 
-    original = {sig: signal.signal(sig, on_signal) for sig in stopsignal.STOP_SIGNALS}
-    stopping.extend(stopsignal.take())  # asked to stop while the server was being built
-    restarts: list[float] = []
-    failed = False
-    try:
-        for index in range(settings.workers or default_workers()):
-            if stopping:
-                break  # a worker forked now would only be stopped again
-            start(index)
-        log.info("workers started", extra={"workers": len(children), "pids": sorted(children)})
-        # Bounded: after a stop signal the workers have shutdown_delay + graceful_timeout to drain.
-        drain_limit = settings.shutdown_delay + settings.graceful_timeout + 5.0
-        stop_at: float | None = None
-        while children:
-            if stopping and stop_at is None:
-                stop_at = time.monotonic() + drain_limit
-            if stop_at is not None and time.monotonic() > stop_at:
-                for pid in children:
-                    _signal(pid, signal.SIGKILL)
-                log.error("workers killed: not drained in time", extra={"pids": sorted(children)})
-                failed = True
-                stop_at = math.inf
-            read_inbox()
-            pid, status = os.waitpid(-1, os.WNOHANG)
-            if pid == 0:
-                time.sleep(_POLL)
-                continue
-            if pid not in children:
-                continue
-            index = children.pop(pid)
-            _forget_metrics_of(pid)
-            code = os.waitstatus_to_exitcode(status)
-            if stopping:
-                failed = failed or code != 0
-                continue
-            if pid in retiring:
-                retiring.discard(pid)
-                log.info("worker recycled", extra={"worker": index, "pid": pid, "exit": code})
-                continue
-            if pid in replacing:  # the replacement died before it was ready: the old one serves on
-                replacing.pop(pid)
-                log.error(
-                    "a replacement worker died before it was ready", extra={"worker": index, "exit": code}
-                )
-                continue
-            now = time.monotonic()
-            restarts = [t for t in restarts if now - t < _RESTART_WINDOW] + [now]
-            if len(restarts) > _RESTARTS:
-                log.error("workers keep dying: stopping", extra={"worker": index, "exit": code})
-                failed = True
-                on_signal(signal.SIGTERM, None)
-                continue
+    def _exited(self, pid: int, code: int) -> None:
+        """A worker is gone: expected (stopping, recycled), or replaced unless they keep dying."""
+        index = self.children.pop(pid)
+        _forget_metrics_of(pid)
+        if self.stopping:
+            self.failed = self.failed or code != 0
+        elif pid in self.retiring:
+            self.retiring.discard(pid)
+            log.info("worker recycled", extra={"worker": index, "pid": pid, "exit": code})
+        elif pid in self.replacing:  # the replacement died before it was ready: the old one serves on
+            self.replacing.pop(pid)
+            log.error("a replacement worker died before it was ready", extra={"worker": index, "exit": code})
+        elif self._dying_too_fast():
+            log.error("workers keep dying: stopping", extra={"worker": index, "exit": code})
+            self.failed = True
+            self.on_signal(signal.SIGTERM, None)
+        else:
             log.error("worker died: starting another", extra={"worker": index, "exit": code})
-            start(index)
-    finally:
-        for sig, handler in original.items():
-            signal.signal(sig, handler)
-        sock.close()
-        if server.metrics_listener is not None:
-            server.metrics_listener[1].close()
-        os.close(inbox)
-        os.close(outbox)
-    log.info("stopped")
-    return 1 if failed else 0
+            self.start(index)
+
+    def _dying_too_fast(self) -> bool:
+        now = time.monotonic()
+        self.restarts = [t for t in self.restarts if now - t < _RESTART_WINDOW] + [now]
+        return len(self.restarts) > _RESTARTS
 
 
 def _worker(
