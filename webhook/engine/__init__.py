@@ -8,6 +8,7 @@ decide, run by ``pipeline``); importing them from outside is refused by the laye
 
 from __future__ import annotations
 
+from webhook.engine.adaptations import Adaptations
 from webhook.engine.compile import CompiledPolicy, PolicySet, load_policy_set
 from webhook.engine.factory import ClusterFacts, build_engine
 from webhook.engine.load import default_policies_dir, policy_files
@@ -23,6 +24,7 @@ from webhook.engine.waivers import (
 from webhook.workloads import Deferred
 
 __all__ = [
+    "Adaptations",
     "AdmissionInput",
     "ClusterFacts",
     "CompiledPolicy",
