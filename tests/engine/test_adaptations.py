@@ -315,6 +315,7 @@ def test_the_pair_decides_the_corpus_as_without_reuse(path: Path, policies: Any)
         if mutating.skipped_reason is not None:
             continue
         reusing.settle()
+        assert mutating.mutated is not None
         arrived = as_the_api_server_sends(mutating.mutated)
         validating = reusing.review(AdmissionInput(object=arrived, namespace="team"), mutate=False)
         alone = plain.review(AdmissionInput(object=copy.deepcopy(arrived), namespace="team"), mutate=False)
