@@ -34,13 +34,14 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from webhook import logs, review, runtime_tuning
-from webhook.engine import Decision, Deferred, Engine, Finding
+from webhook.engine import Adaptations, Decision, Deferred, Engine, Finding
 from webhook.errors import InputError
 from webhook.isolation import BodyBudget, Busy, DecisionThreads, Slots
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -83,6 +84,8 @@ class ServerState:
     )
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
     inline_slice: float = DEFAULT_INLINE_SLICE  # seconds an inline decision may take before deferring
+    # What mutating calls leave for their validating calls, shared by every engine installed
+    adaptations: Adaptations | None = None
     # What a side task (the audit) cannot do, by task: /readyz says it without failing admission.
     notes: Notes = field(default_factory=Notes)
     slots: Slots = field(default_factory=lambda: Slots(8, 128, 2.0))
@@ -424,7 +427,11 @@ def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: fl
     )
     # While draining, ask clients to reconnect (elsewhere: this endpoint is being removed).
     headers = {"connection": "close"} if state.shutting_down or state.closing_connections else None
-    return Response(content, media_type=_JSON, headers=headers)
+    # Once the answer is sent: the patched object's adaptation, for the validating call (while the
+    # API server applies the patch), not before the answer.
+    kept = state.adaptations
+    settle = BackgroundTask(kept.settle) if endpoint.mutate and kept is not None else None
+    return Response(content, media_type=_JSON, headers=headers, background=settle)
 
 
 def _count_policy_errors(state: ServerState, decision: Decision) -> None:

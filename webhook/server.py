@@ -39,6 +39,7 @@ from uvicorn.config import STARTUP_FAILURE
 from webhook import certs, client_auth, logs, runtime_tuning, stopsignal, tls, workers
 from webhook.app import RECEIVING_BUDGET_BODIES, ServerState, create_app, create_metrics_app
 from webhook.cluster_hooks import cluster_hooks
+from webhook.engine import Adaptations
 from webhook.isolation import BodyBudget, DecisionThreads, Slots
 from webhook.metrics import Metrics
 from webhook.protocol import HttpLimits, limited_protocol
@@ -232,8 +233,10 @@ def _new_loop(handshake_timeout: float) -> asyncio.AbstractEventLoop:
 def build(settings: Settings, *, state: ServerState | None = None) -> WebhookServer:
     """Everything but the event loop: loads policies (PolicyError/ConfigError), TLS (ServerError)."""
     _check(settings)
+    metrics = Metrics(sample_every=settings.metrics_sample_every)
     state = state or ServerState(
-        metrics=Metrics(sample_every=settings.metrics_sample_every),
+        metrics=metrics,
+        adaptations=Adaptations(settings.adaptation_bytes, on_lookup=metrics.observe_adaptation),
         max_body_bytes=settings.max_body_bytes,
         budget=settings.request_budget,
         inline_slice=settings.inline_slice,

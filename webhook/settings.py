@@ -5,15 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from webhook.engine import default_policies_dir
+from webhook.engine import Adaptations, default_policies_dir
 from webhook.errors import TrainguardError
 
-__all__ = ["DEFAULT_INLINE_SLICE", "DEFAULT_MAX_BODY_BYTES", "ServerError", "Settings"]
+__all__ = [
+    "DEFAULT_ADAPTATION_BYTES",
+    "DEFAULT_INLINE_SLICE",
+    "DEFAULT_MAX_BODY_BYTES",
+    "ServerError",
+    "Settings",
+]
 
 DEFAULT_MAX_BODY_BYTES = 3 * 1024 * 1024
 # Seconds an admission may run on the event loop before it moves to a deciding thread: the longest
 # a probe or another admission waits behind one decision. A training Pod's review takes about 1 ms.
 DEFAULT_INLINE_SLICE = 0.02
+DEFAULT_ADAPTATION_BYTES = Adaptations.DEFAULT_MAX_BYTES
 
 
 class ServerError(TrainguardError):
@@ -66,6 +73,9 @@ class Settings:
     max_connections: int = 1000  # open connections per worker; uvicorn answers 503 beyond
     request_budget: float = 4.0  # seconds per admission: below the webhook's timeoutSeconds (5)
     inline_slice: float = DEFAULT_INLINE_SLICE  # 0: every admission on a deciding thread
+    # Bytes of objects (canonical JSON) whose adaptation a mutating call keeps for its validating
+    # call (engine.Adaptations); 0: none kept.
+    adaptation_bytes: int = DEFAULT_ADAPTATION_BYTES
     recycle_after: int = 0  # admissions per worker before a fresh one replaces it; 0: never
 
     @property

@@ -220,14 +220,14 @@ def test_the_entry_bound_drops_the_oldest(config: PlatformConfig) -> None:
     store = Store(config, max_entries=3)
     for i in range(4):
         store.leave(job(f"a{i}"))
-    assert len(store.kept) == 3
+    assert store.kept.entries == 3
     assert [store.found(job(f"a{i}")) for i in range(4)] == [False, True, True, True]
 
 
 def test_an_object_past_a_quarter_of_the_bound_is_not_kept(config: PlatformConfig) -> None:
     small = Store(config, max_bytes=3 * size_of(job()))
     small.leave(job())
-    assert len(small.kept) == 0 and not small.found(job())
+    assert small.kept.entries == 0 and not small.found(job())
 
 
 def test_a_store_of_zero_bytes_keeps_nothing_and_counts_nothing(config: PlatformConfig) -> None:
@@ -235,7 +235,7 @@ def test_a_store_of_zero_bytes_keeps_nothing_and_counts_nothing(config: Platform
     store.leave(job())
     workload = store.kept.adapt(job(), store.ctx, store.facts)
     assert workload == build_workload(job(), store.ctx)
-    assert store.lookups == [] and len(store.kept) == 0
+    assert store.lookups == [] and store.kept.entries == 0
 
 
 def test_an_object_that_cannot_be_adapted_is_left_to_its_validating_call(store: Store) -> None:
@@ -243,7 +243,7 @@ def test_an_object_that_cannot_be_adapted_is_left_to_its_validating_call(store: 
     broken["spec"]["parallelism"] = "many"
     store.kept.leave(broken, store.ctx, store.facts)
     store.kept.settle()  # never raises
-    assert len(store.kept) == 0
+    assert store.kept.entries == 0
     with pytest.raises(Exception, match="spec.parallelism"):
         store.kept.adapt(broken, store.ctx, store.facts)
 
@@ -275,7 +275,7 @@ def test_deciding_threads_share_one_store(config: PlatformConfig) -> None:
         t.join(timeout=120)
     assert not any(t.is_alive() for t in threads)
     assert wrong == []
-    assert len(store.kept) <= 8 and store.kept.bytes <= 10 * size_of(objects[0])
+    assert store.kept.entries <= 8 and store.kept.bytes <= 10 * size_of(objects[0])
     assert len(store.lookups) == 8 * 40 and any(store.lookups)
 
 

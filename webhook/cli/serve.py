@@ -9,7 +9,7 @@ import shutil
 from webhook import stopsignal
 from webhook.cli._file_engine import add_policy_args
 from webhook.logs import LEVELS
-from webhook.settings import DEFAULT_INLINE_SLICE
+from webhook.settings import DEFAULT_ADAPTATION_BYTES, DEFAULT_INLINE_SLICE
 
 # Admissions per worker before it is replaced. Under 300,000 mixed reviews (one in a thousand of
 # 2.8 MiB) a worker's memory rose for its first 50,000-90,000 admissions before levelling off;
@@ -178,6 +178,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         f"(default: {DEFAULT_INLINE_SLICE})",
     )
     limits.add_argument(
+        "--adaptation-bytes",
+        type=_non_negative_int,
+        default=DEFAULT_ADAPTATION_BYTES,
+        metavar="N",
+        help="bytes of objects (their JSON) whose adaptation a mutating call keeps for the validating "
+        "call on the same object, least recently used dropped first; 0 keeps none "
+        f"(default: {DEFAULT_ADAPTATION_BYTES})",
+    )
+    limits.add_argument(
         "--header-timeout",
         type=_positive_float,
         default=10.0,
@@ -246,6 +255,7 @@ def run(args: argparse.Namespace) -> int:
         max_queued=16 * args.max_in_flight,
         request_budget=args.request_budget,
         inline_slice=args.inline_slice,
+        adaptation_bytes=args.adaptation_bytes,
         recycle_after=args.recycle_after,
         header_timeout=args.header_timeout,
         body_timeout=args.body_timeout,

@@ -84,7 +84,9 @@ class Adaptations:
     def enabled(self) -> bool:
         return self.max_bytes > 0 and self.max_entries > 0
 
-    def __len__(self) -> int:
+    @property
+    def entries(self) -> int:
+        """How many adaptations are kept (no __len__: an empty store is still a store)."""
         return len(self._kept)
 
     def leave(
