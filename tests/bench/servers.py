@@ -131,10 +131,27 @@ class Server:
         return out
 
     def cpu_seconds(self) -> float:
-        """User + system CPU seconds the process has used so far (/proc/PID/stat)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        """User + system CPU seconds the process and its live descendants have used so far
+        (/proc/PID/stat): `serve` decides in a worker process it forks (recycling needs a
+        supervisor), whose time the supervisor's own fields do not hold until it exits."""
+        stats = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:  # gone meanwhile
+                    continue
+                stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+        tree = {self.pid}
+        grew = True
+        while grew:
+            grew = False
+            for pid, (ppid, _) in stats.items():
+                if ppid in tree and pid not in tree:
+                    tree.add(pid)
+                    grew = True
+        ticks = sum(stats[pid][1] for pid in tree if pid in stats)
+        return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def trainguard_server(
