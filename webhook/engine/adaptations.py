@@ -6,13 +6,15 @@ the mutating call files the patched object's adaptation here, by content, and th
 takes it instead of adapting.
 
 What the API server adds between the two calls was checked with a real kube-apiserver (v1.34,
-dry-run and real creates of Pods): `metadata.uid`, `metadata.creationTimestamp`,
+creates of a Pod, a batch Job and a PyTorchJob): `metadata.uid`, `metadata.creationTimestamp`,
 `metadata.generation`, `status` (a Pod's phase and QoS class) and, for an object created with
 `generateName`, `metadata.name`; no defaults on what the patch added. None of the first four
 reach an adaptation, and the name reaches only `Workload.name` (tests/engine/test_adaptations.py
 holds both over the corpus), so the key leaves them out and a hit takes the caller's name. A
 name is left out only when it is one the API server could have generated from the object's
-`generateName`; any other change to the object changes the key, and so never hits.
+`generateName`; any other change to the object changes the key, and so never hits. A batch Job
+always misses: the API server also adds its `spec.selector` and the pod template's
+controller-uid and job-name labels, and adaptations read template labels.
 
 The key also holds the namespace the object is adapted in and a digest of everything else an
 adaptation reads (the platform config, the TrainingRuntimes and PriorityClasses known): engines
