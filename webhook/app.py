@@ -436,7 +436,9 @@ def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: fl
 
 async def _settle(adaptations: Adaptations) -> None:
     # A coroutine: Starlette would hand a plain function to a worker thread, a hop that costs more
-    # than the adaptation (bounded like an inline decision: Adaptations.leave()).
+    # than the adaptation (bounded like an inline decision: Adaptations.leave()). uvloop writes a
+    # small response at the end of the loop's iteration, not in send(): the answer goes out first.
+    await asyncio.sleep(0)
     adaptations.settle()
 
 
