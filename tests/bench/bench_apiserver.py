@@ -337,6 +337,7 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
                     capture_output=True,
                     text=True,
                     env=servers.python_env(),
+                    cwd=servers.NEUTRAL_DIR,
                     timeout=60,
                 ).stdout
                 if (

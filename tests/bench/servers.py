@@ -15,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -39,6 +40,11 @@ def code_root() -> Path:
     return Path(webhook.__file__).resolve().parents[1]
 
 
+# Where children run: `python -m webhook` puts its working directory first on sys.path, so run
+# from a checkout it would import that checkout's code whatever PYTHONPATH names.
+NEUTRAL_DIR = tempfile.gettempdir()
+
+
 def python_env() -> dict[str, str]:
     env = dict(os.environ)
     root = str(code_root())
@@ -54,6 +60,7 @@ def make_certs(out: Path) -> Path:
         [sys.executable, "-m", "webhook", "certs", "--out", str(out), "--host", HOST],
         check=True,
         env=python_env(),
+        cwd=NEUTRAL_DIR,
         stdout=subprocess.DEVNULL,
         timeout=60,
     )
@@ -89,7 +96,9 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> None:
         with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=python_env())
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env=python_env(), cwd=NEUTRAL_DIR
+            )
         context = ssl.create_default_context(cafile=str(self.ca))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
