@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import jsonpatch
 import orjson
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
@@ -22,6 +23,7 @@ with warnings.catch_warnings():
 
 from webhook.config import load_config
 from webhook.engine import (
+    Adaptations,
     AdmissionInput,
     Decision,
     Engine,
@@ -523,3 +525,62 @@ def test_an_error_while_reading_a_review_is_a_400_never_a_500(
     response = post(client, "/validate", admission_review(pytorchjob()))
     assert response.status_code == 400
     assert named in response.json()["error"]
+
+
+# -- the validating call reuses what the mutating call adapted -------------------------------------
+
+
+def _reusing_client(policies: PolicySet) -> tuple[TestClient, ServerState]:
+    """The app as `serve` wires it: one store of adaptations, counted on /metrics."""
+    metrics = Metrics(sample_every=1)
+    state = ServerState(metrics=metrics, adaptations=Adaptations(on_lookup=metrics.observe_adaptation))
+    state.install(build_engine(policies, load_config(), adaptations=state.adaptations))
+    return TestClient(create_app(state)), state
+
+
+def _as_the_api_server_sends_it(obj: dict[str, Any], patch: str) -> dict[str, Any]:
+    """The object after the mutating call's patch, with what the API server adds before the
+    validating call (metadata.uid, creationTimestamp, generation; status)."""
+    patched: dict[str, Any] = jsonpatch.apply_patch(obj, orjson.loads(base64.b64decode(patch)))
+    patched["metadata"] |= {"uid": UID, "creationTimestamp": "2026-12-04T21:21:14Z", "generation": 1}
+    patched["status"] = {}
+    return patched
+
+
+def _reused(text: str) -> dict[str, float]:
+    return {
+        result: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        for result in ("hit", "miss")
+        if line.startswith(f'trainguard_adaptations_reused_total{{result="{result}"}}')
+    }
+
+
+@pytest.mark.parametrize(
+    ("change", "reused"),
+    [
+        pytest.param(lambda obj: None, {"hit": 1.0, "miss": 0.0}, id="as-patched"),
+        pytest.param(
+            lambda obj: obj["metadata"]["labels"].update({"team": "b"}),
+            {"hit": 0.0, "miss": 1.0},
+            id="changed-by-another-webhook",
+        ),
+    ],
+)
+def test_the_validating_call_reuses_the_mutating_calls_adaptation_and_decides_the_same(
+    policies: PolicySet, client: TestClient, change: Any, reused: dict[str, float]
+) -> None:
+    job = pytorchjob(replicas=2)
+    del job["metadata"]["annotations"]  # its validation depends on what the mutation adds
+    reusing, state = _reusing_client(policies)
+    with reusing:
+        mutated = post(reusing, "/mutate", admission_review(job)).json()["response"]
+        assert mutated["allowed"] and mutated["patch"]
+        # Adapted once the mutating call was answered, before the validating call comes
+        assert state.adaptations is not None and state.adaptations.entries == 1
+        arrived = _as_the_api_server_sends_it(job, mutated["patch"])
+        change(arrived)
+        answer = post(reusing, "/validate", admission_review(arrived)).json()
+        assert _reused(reusing.get("/metrics").text) == reused
+    # The same call to a server that keeps nothing
+    assert answer == post(client, "/validate", admission_review(arrived)).json()

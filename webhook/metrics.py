@@ -91,6 +91,15 @@ class Metrics:
             registry=r,
         )
         self._placement_children = {p: self.placements.labels(p) for p in ("inline", "deferred", "thread")}
+        self.adaptations = Counter(
+            "trainguard_adaptations_reused",
+            "Validating calls by whether they reused the adaptation their mutating call left for the "
+            "same object (hit) or adapted it again (miss): misses mean the object changed between the "
+            "calls (another mutating webhook, or a call that reached another worker or replica).",
+            ["result"],
+            registry=r,
+        )
+        self._adaptation_children = {hit: self.adaptations.labels("hit" if hit else "miss") for hit in (1, 0)}
         self.engine_errors = Counter(
             "trainguard_engine_errors",
             "Unexpected exceptions inside the engine (policy evaluation errors are not counted here: "
@@ -257,6 +266,9 @@ class Metrics:
 
     def observe_placement(self, placement: str) -> None:
         self._placement_children[placement].inc()
+
+    def observe_adaptation(self, hit: bool) -> None:
+        self._adaptation_children[hit].inc()
 
     def observe_engine_error(self, endpoint: str) -> None:
         self.engine_errors.labels(endpoint).inc()

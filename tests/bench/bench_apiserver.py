@@ -95,7 +95,8 @@ def _metric(url: str, ca: Path, name: str) -> float:
     context = ssl.create_default_context(cafile=str(ca))
     with urllib.request.urlopen(f"{url}/metrics", context=context, timeout=5) as resp:
         text = resp.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+    prefix = name if "{" in name else name + "{"  # a name, or a name and the start of its labels
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
 
 
 class RawClient:
@@ -337,6 +338,7 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
                     capture_output=True,
                     text=True,
                     env=servers.python_env(),
+                    cwd=servers.NEUTRAL_DIR,
                     timeout=60,
                 ).stdout
                 if (
@@ -396,6 +398,15 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
                 {"on": tg, "noop": noop, "patch": patching, "noop1": noop},
             )
             raw["raw_trainguard_calls"] = _metric(tg.url, tg.ca, "trainguard_admission_requests_total") - c0
+            # Whether the validating calls found the mutating calls' adaptations (trees that keep them)
+            reused = {
+                result: _metric(tg.url, tg.ca, f'trainguard_adaptations_reused_total{{result="{result}"')
+                for result in ("hit", "miss")
+            }
+            print(
+                f"trainguard's validating calls, adaptation reused: {reused['hit']:.0f}, not: {reused['miss']:.0f}"
+            )
+            raw["raw_adaptations_reused"] = reused
             if raw_only:
                 api_client.close()
                 return raw

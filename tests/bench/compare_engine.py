@@ -9,7 +9,8 @@ the same with the object decoded afresh from its JSON for every call (as the ser
 loop over one dict reuses its strings and keys and flatters every figure), then both in one call
 (what `trainguard check` does); the medians over the corpus workloads (validate-only,
 mutate-only, full), the webhook's pair of calls for one object (mutate, then validate the
-mutated object) on an engine that remembers adapted objects, and the Pod on the pure-Python
+mutated object) on an engine with the server's store of adaptations (the count-bounded
+`remember=` of older trees), and the Pod on the pure-Python
 cel-python runtime. Figures are the medians over rounds of each child's best-of-five batch CPU
 time (time.thread_time), with `uptime` before and after.
 """
@@ -76,12 +77,16 @@ if not QUICK:
         per["full"].append(cpu(lambda: decide(i), 10))
     for kind, values in per.items():
         out[f"corpus_median_{kind}"] = statistics.median(values)
-    try:
-        remembering = Engine(
-            load_policy_set([default_policies_dir()], "cel-expr-python"), load_config(), remember=64
-        )
-    except TypeError:  # a tree without `remember`
-        remembering = engine
+    policies = load_policy_set([default_policies_dir()], "cel-expr-python")
+    try:  # the store the server gives its engines
+        from webhook.engine import Adaptations
+        remembering = Engine(policies, load_config(), adaptations=Adaptations())
+    except (ImportError, TypeError):
+        try:  # a tree from before it: the count-bounded memory
+            remembering = Engine(policies, load_config(), remember=64)
+        except TypeError:  # a tree without either
+            remembering = engine
+    settle = getattr(remembering, "settle", lambda: None)  # what the server does after /mutate
     remember = inputs.decider(remembering)
     counter = [0]
 
@@ -89,6 +94,7 @@ if not QUICK:
         counter[0] += 1
         obj = dict(pod, metadata={**pod["metadata"], "uid": str(counter[0])})  # a new object each time
         first = remember(AdmissionInput(object=obj, namespace="ml-research"), validate=False)
+        settle()
         remember(AdmissionInput(object=first.mutated, namespace="ml-research"), mutate=False)
 
     out["pod_webhook_pair"] = cpu(pair, 40)

@@ -15,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -40,6 +41,11 @@ def code_root() -> Path:
     return Path(webhook.__file__).resolve().parents[1]
 
 
+# Where children run: `python -m webhook` puts its working directory first on sys.path, so run
+# from a checkout it would import that checkout's code whatever PYTHONPATH names.
+NEUTRAL_DIR = tempfile.gettempdir()
+
+
 def python_env() -> dict[str, str]:
     env = dict(os.environ)
     root = str(code_root())
@@ -55,6 +61,7 @@ def make_certs(out: Path) -> Path:
         [sys.executable, "-m", "webhook", "certs", "--out", str(out), "--host", HOST],
         check=True,
         env=python_env(),
+        cwd=NEUTRAL_DIR,
         stdout=subprocess.DEVNULL,
         timeout=60,
     )
@@ -90,7 +97,9 @@ class Server:
 
     def start(self, timeout: float = 60.0) -> None:
         with open(self.log_path, "wb") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, env=python_env())
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env=python_env(), cwd=NEUTRAL_DIR
+            )
         context = ssl.create_default_context(cafile=str(self.ca))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -132,10 +141,27 @@ class Server:
         return out
 
     def cpu_seconds(self) -> float:
-        """User + system CPU seconds the process has used so far (/proc/PID/stat)."""
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        return (int(fields[11]) + int(fields[12])) / ticks
+        """User + system CPU seconds the process and its live descendants have used so far
+        (/proc/PID/stat): `serve` decides in a worker process it forks (recycling needs a
+        supervisor), whose time the supervisor's own fields do not hold until it exits."""
+        stats = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:  # gone meanwhile
+                    continue
+                stats[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]))
+        tree = {self.pid}
+        grew = True
+        while grew:
+            grew = False
+            for pid, (ppid, _) in stats.items():
+                if ppid in tree and pid not in tree:
+                    tree.add(pid)
+                    grew = True
+        ticks = sum(stats[pid][1] for pid in tree if pid in stats)
+        return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def trainguard_server(

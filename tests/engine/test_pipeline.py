@@ -166,17 +166,6 @@ def test_engines_rebuilt_on_one_policy_set_keep_their_own_params(tmp_path: Path,
     assert strict._validation.tree is loose._validation.tree  # derived once, from the set
 
 
-def test_a_remembered_object_is_adapted_once_across_calls(tmp_path: Path) -> None:
-    engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config(), remember=8)
-    mutating = engine.decide(AdmissionInput(object=NO_GANG_JOB), validate=False)
-    validating = engine.decide(AdmissionInput(object=copy.deepcopy(NO_GANG_JOB)), mutate=False)
-    assert mutating.workload is not None and validating.workload is mutating.workload
-    renamed = copy.deepcopy(NO_GANG_JOB)
-    renamed["metadata"]["name"] = "k"
-    other = engine.decide(AdmissionInput(object=renamed), mutate=False)
-    assert other.workload is not None and other.workload.name == "k"
-
-
 def test_without_remember_each_call_adapts_afresh(tmp_path: Path) -> None:
     engine = Engine(load_policy_set([_policy_dir(tmp_path, expression="true")]), load_config())
     first = engine.decide(AdmissionInput(object=NO_GANG_JOB))

@@ -204,6 +204,14 @@ def _limit_args(p: argparse.ArgumentParser) -> None:
     )
     _setting(
         limits,
+        "--adaptation-bytes",
+        "bytes of objects (their JSON) whose adaptation a mutating call keeps for the validating call "
+        "on the same object, least recently used dropped first; 0 keeps none",
+        type=_non_negative_int,
+        metavar="N",
+    )
+    _setting(
+        limits,
         "--header-timeout",
         "seconds a connection has to send a request's headers, else 408 and close",
         **seconds,

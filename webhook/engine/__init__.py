@@ -9,6 +9,7 @@ policies apply, then their one program or the generic path → decide; ``pipelin
 
 from __future__ import annotations
 
+from webhook.engine.adaptations import Adaptations
 from webhook.engine.compile import CompiledPolicy, PolicySet, load_policy_set
 from webhook.engine.factory import ClusterFacts, build_engine
 from webhook.engine.load import default_policies_dir, policy_files
@@ -24,6 +25,7 @@ from webhook.engine.waivers import (
 from webhook.workloads import Deferred
 
 __all__ = [
+    "Adaptations",
     "AdmissionInput",
     "ClusterFacts",
     "CompiledPolicy",

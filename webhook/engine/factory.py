@@ -15,6 +15,7 @@ from typing import Any
 
 from webhook.config import PlatformConfig
 from webhook.context import Runtimes, context_objects, evictions
+from webhook.engine.adaptations import Adaptations
 from webhook.engine.compile import PolicySet
 from webhook.engine.phase import Exemption
 from webhook.engine.pipeline import Engine
@@ -51,9 +52,13 @@ class ClusterFacts:
 
 
 def build_engine(
-    policies: PolicySet, config: PlatformConfig, facts: ClusterFacts | None = None, *, remember: int = 0
+    policies: PolicySet,
+    config: PlatformConfig,
+    facts: ClusterFacts | None = None,
+    *,
+    adaptations: Adaptations | None = None,
 ) -> Engine:
-    """The engine every front door decides with; `remember` as Engine takes it (the webhook's)."""
+    """The engine every front door decides with; `adaptations` as Engine takes it (the webhook's)."""
     facts = facts if facts is not None else ClusterFacts()
     return Engine(
         policies,
@@ -62,5 +67,5 @@ def build_engine(
         runtimes=facts.runtimes,
         exceptions=facts.exceptions,
         cluster={"evictions": facts.evictions},
-        remember=remember,
+        adaptations=adaptations,
     )

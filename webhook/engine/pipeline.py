@@ -8,19 +8,16 @@ HTTP or files.
 
 from __future__ import annotations
 
-import hashlib
-import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
-
 from webhook.accelerators import AcceleratorTest, accelerators_of
 from webhook.config import PlatformConfig
 from webhook.context import Runtimes, eviction_key
 from webhook.engine import decide
+from webhook.engine.adaptations import Adaptations, facts_digest
 from webhook.engine.bindings import Bindings, PhaseReads, plan_for
 from webhook.engine.compile import PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
@@ -66,11 +63,12 @@ class Engine:
         runtimes: Runtimes | None = None,
         exceptions: Sequence[Exemption] = (),
         cluster: Mapping[str, Any] | None = None,
-        remember: int = 0,
+        adaptations: Adaptations | None = None,
     ) -> None:
-        """`remember`: how many adapted objects to keep, by content, for a later call on the same
-        object (the webhook's validating call after a mutating call that changed nothing, a
-        reinvoked mutation). 0, the default, keeps none: a CLI run sees each object once."""
+        """`adaptations`: where a mutating call (mutate without validate) leaves the adaptation of
+        the object it answers, and a validating call (validate without mutate) looks for it: the
+        webhook's, shared by the engines it rebuilds. None, the default, keeps none: a CLI run
+        decides each object in one call."""
         self.policies = policies
         self.config = config
         self.priority_classes = dict(priority_classes or {})
@@ -85,7 +83,10 @@ class Engine:
         self.evictions: Mapping[str, Any] = (cluster or {}).get("evictions") or {}
         self.runtimes = dict(runtimes or {})
         self.exceptions = tuple(exceptions)
-        self._adapted = _Adapted(remember)
+        self._adaptations = adaptations if adaptations is not None and adaptations.enabled else None
+        self._facts = b""  # what the adaptations' keys hold of this engine's facts
+        if self._adaptations is not None:
+            self._facts = facts_digest(config, self.runtimes, self.priority_classes)
         # How many policies the generic path evaluated in place of a phase's one program, by
         # phase and reason (phase.Fallbacks)
         self.fallbacks = Fallbacks()
@@ -105,6 +106,12 @@ class Engine:
         self._reads_old_workload = (
             "oldWorkload" in self._mutation.tree or "oldWorkload" in self._validation.tree
         )
+
+    def settle(self) -> None:
+        """Adapt what mutating calls left for their validating calls (Adaptations.settle): the
+        server calls this once a mutating call is answered."""
+        if self._adaptations is not None:
+            self._adaptations.settle()
 
     @property
     def steps_bounded(self) -> bool:
@@ -138,18 +145,21 @@ class Engine:
             priority_classes=self.priority_classes,
             namespace=namespace,
             launch_allowance=INLINE_LAUNCH_STEPS if inp.yield_at is not None else None,
-            # Both phases: the validation may adapt the mutated object again (see below).
-            containers={} if mutate and validate else None,
+            # The mutated object is adapted again, for the validation here or the validating call
+            # (see below), reusing the containers the mutations left alone.
+            containers={} if mutate and (validate or self._adaptations is not None) else None,
         )
-        # Remembered adaptations are keyed by content and namespace; a call that brings its own
-        # runtimes is adapted afresh.
-        adapted = self._adapted if not inp.runtimes else _Adapted(0)
-        workload = adapted.build(obj, ctx)
+        # A call that brings its own runtimes neither leaves nor finds adaptations.
+        kept = self._adaptations if not inp.runtimes else None
+        if kept is not None and not mutate:
+            workload = kept.adapt(obj, ctx, self._facts)
+        else:
+            workload = build_workload(obj, ctx)
         if workload is None:
             return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
         old_workload = None
         if inp.old_object and self._reads_old_workload:
-            old_workload = adapted.build(inp.old_object, ctx)
+            old_workload = build_workload(inp.old_object, ctx)
         request = {
             "operation": inp.operation,
             "namespace": namespace,
@@ -172,7 +182,13 @@ class Engine:
                 # nothing reads the re-adapted workload, so it is not built: the Decision then
                 # carries the workload the mutations saw. Containers the mutations left alone
                 # are not read again (ctx.containers).
-                workload = adapted.build(patcher.doc, ctx) or workload
+                workload = build_workload(patcher.doc, ctx) or workload
+            elif kept is not None and not validate:
+                # The validating call brings the patched object back (adaptations.py). An inline
+                # call leaves its adaptation to settle(), after its answer is sent.
+                kept.leave(patcher.doc, ctx, self._facts, None if patcher.ops else workload)
+                if inp.yield_at is None:
+                    kept.settle()
 
         if validate:
             bindings = self._bindings(
@@ -232,29 +248,6 @@ def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:
         keys.append(eviction_key(ns, "Workload", group))
     keys.append(eviction_key(ns, workload.kind, workload.name))
     return keys
-
-
-class _Adapted:
-    """Workloads adapted from objects, remembered by content (see Engine's `remember`)."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._known: dict[tuple[str | None, bytes], Workload | None] = {}
-        self._lock = threading.Lock()
-
-    def build(self, obj: dict[str, Any], ctx: AdaptContext) -> Workload | None:
-        if not self._size:
-            return build_workload(obj, ctx)
-        key = (ctx.namespace, hashlib.blake2b(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)).digest())
-        with self._lock:
-            if key in self._known:
-                return self._known[key]
-        workload = build_workload(obj, ctx)
-        with self._lock:
-            if len(self._known) >= self._size:
-                del self._known[next(iter(self._known))]  # the oldest
-            self._known[key] = workload
-        return workload
 
 
 def _node_level(inp: AdmissionInput, accelerators: AcceleratorTest) -> str | None:

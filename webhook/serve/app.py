@@ -34,12 +34,13 @@ from typing import Any
 
 import orjson
 from starlette.applications import Starlette
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from webhook.engine import Decision, Deferred, Engine, Finding
+from webhook.engine import Adaptations, Decision, Deferred, Engine, Finding
 from webhook.errors import InputError
 from webhook.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from webhook.metrics import Metrics
@@ -77,6 +78,8 @@ class ServerState:
     large_bytes_in_flight: int = 0
     inline_body_bytes: int = INLINE_BODY_BYTES  # 0: every decision on a deciding thread
     inline_slice: float = default("inline_slice")  # seconds an inline decision may take before deferring
+    # What mutating calls leave for their validating calls, shared by every engine installed
+    adaptations: Adaptations | None = None
     # What a side task (the audit) cannot do, by task: /readyz says it without failing admission.
     notes: Notes = field(default_factory=Notes)
     slots: Slots = field(
@@ -93,8 +96,10 @@ class ServerState:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ServerState:
+        metrics = Metrics(sample_every=settings.metrics_sample_every)
         return cls(
-            metrics=Metrics(sample_every=settings.metrics_sample_every),
+            metrics=metrics,
+            adaptations=Adaptations(settings.adaptation_bytes, on_lookup=metrics.observe_adaptation),
             max_body_bytes=settings.max_body_bytes,
             budget=settings.request_budget,
             inline_slice=settings.inline_slice,
@@ -445,7 +450,19 @@ def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: fl
     )
     # While draining, ask clients to reconnect (elsewhere: this endpoint is being removed).
     headers = {"connection": "close"} if state.shutting_down or state.closing_connections else None
-    return Response(content, media_type=_JSON, headers=headers)
+    # Once the answer is sent: the patched object's adaptation, for the validating call (while the
+    # API server applies the patch), not before the answer.
+    kept = state.adaptations
+    settle = BackgroundTask(_settle, kept) if endpoint.mutate and kept is not None else None
+    return Response(content, media_type=_JSON, headers=headers, background=settle)
+
+
+async def _settle(adaptations: Adaptations) -> None:
+    # A coroutine: Starlette would hand a plain function to a worker thread, a hop that costs more
+    # than the adaptation (bounded like an inline decision: Adaptations.leave()). uvloop writes a
+    # small response at the end of the loop's iteration, not in send(): the answer goes out first.
+    await asyncio.sleep(0)
+    adaptations.settle()
 
 
 def _count_policy_errors(state: ServerState, decision: Decision) -> None:

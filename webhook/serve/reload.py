@@ -242,7 +242,8 @@ class Reloader:
             exceptions=(*self.file_exceptions, *self.cluster_exceptions),
             evictions=self.evictions,
         )
-        self.state.install(build_engine(self.policies, self.config, facts))
+        adaptations = self.state.adaptations  # shared by every engine: their keys hold the facts
+        self.state.install(build_engine(self.policies, self.config, facts, adaptations=adaptations))
 
     def _installed_policies(self, seconds: float) -> None:
         assert self.policies is not None

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook import install_names
-from webhook.engine import default_policies_dir
+from webhook.engine import Adaptations, default_policies_dir
 from webhook.errors import TrainguardError
 
 __all__ = ["ServerError", "Settings", "default"]
@@ -75,6 +75,9 @@ class Settings:
     # before levelling off; replaced every 40,000 the tree stayed within 6 % of its figure after the
     # warm-up, with no failed request (tests/bench/bench_memory.py, tests/bench/RESULTS.md).
     recycle_after: int = 40_000
+    # Bytes of objects (canonical JSON) whose adaptation a mutating call keeps for its validating
+    # call (engine.Adaptations); 0: none kept.
+    adaptation_bytes: int = Adaptations.DEFAULT_MAX_BYTES
 
     @property
     def policy_paths(self) -> list[str | Path]:
