@@ -38,9 +38,7 @@ from typing import Any
 import orjson
 
 from webhook.config import PlatformConfig
-from webhook.workloads import AdaptContext, build_workload
-from webhook.workloads.draft import text
-from webhook.workloads.model import Workload
+from webhook.workloads import AdaptContext, Workload, build_workload, workload_name
 
 # Set by the API server between the mutating and the validating call (see above). Never read by
 # an adaptation.
@@ -191,8 +189,6 @@ def _generated(name: Any, prefix: Any) -> bool:
 
 
 def _workload_name(obj: dict[str, Any]) -> str:
-    """The name an adaptation gives `obj`'s workload, as workloads.draft.Draft.start() reads it."""
+    """The name an adaptation gives `obj`'s workload."""
     meta = obj.get("metadata")
-    if not isinstance(meta, dict):
-        return ""
-    return text(meta.get("name")) or text(meta.get("generateName")) or ""
+    return workload_name(meta) if isinstance(meta, dict) else ""

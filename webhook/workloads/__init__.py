@@ -31,7 +31,7 @@ from webhook.workloads import (
     volcano,
 )
 from webhook.workloads.classify import finish
-from webhook.workloads.draft import POD_GROUP_NAME, AdaptContext, Draft
+from webhook.workloads.draft import POD_GROUP_NAME, AdaptContext, Draft, workload_name
 from webhook.workloads.model import (
     Paths,
     PodGroup,
@@ -50,6 +50,7 @@ __all__ = [
     "TopologyConstraint",
     "Workload",
     "build_workload",
+    "workload_name",
     "workload_viewer",
 ]
 

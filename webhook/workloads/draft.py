@@ -139,6 +139,12 @@ def optional_count(value: Any, where: str) -> int | None:
     return None if value is None else count(value, where, 0)
 
 
+def workload_name(meta: dict[str, Any]) -> str:
+    """The name a workload is known by: its metadata's name, else its generateName (the API server
+    has not made one yet), else ""."""
+    return text(meta.get("name")) or text(meta.get("generateName")) or ""
+
+
 def text(value: Any) -> str | None:
     """A string field; scalars are rendered, anything else reads as absent."""
     if value is None or isinstance(value, str):
@@ -236,7 +242,7 @@ class Draft:
         spec = mapping(obj.get("spec"), "spec")
         labels = str_map(meta.get("labels"), "metadata.labels")
         annotations = str_map(meta.get("annotations"), "metadata.annotations")
-        name = text(meta.get("name")) or text(meta.get("generateName")) or ""
+        name = workload_name(meta)
         namespace = text(meta.get("namespace")) or ctx.namespace
         d = cls(obj, ctx, info, name, namespace, labels, annotations, spec)
         if ctx.launch_allowance is not None:
