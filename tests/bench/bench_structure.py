@@ -83,6 +83,9 @@ SHAPES: dict[str, Callable[[], dict[str, Any]]] = {
     "list of empty maps": lambda: _fill(lambda n: _pod([{}] * n)),
     "95-deep branches, wide": lambda: _fill(lambda n: _pod(_nested_wide(n))),
     "labels, 1-char values": lambda: _fill(lambda n: _pod(labels={f"k{i:x}": "v" for i in range(n)})),
+    # Strings the text-depth check must read through: escapes, and brackets inside strings.
+    "managedFields-like keys": lambda: _fill(lambda n: _pod({f'k:{{"name":"{i:x}"}}': {} for i in range(n)})),
+    "escaped quotes and brackets": lambda: _fill(lambda n: _pod(['"[\\' * 16] * n)),
     "just past the cap, 2 bytes a value": lambda: _pod([0] * 499_990),
 }
 
