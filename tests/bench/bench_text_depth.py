@@ -62,6 +62,13 @@ def _cpu(fn: Callable[[], Any], repeats: int) -> tuple[float, str]:
     return median(times), outcome
 
 
+def _decodes(body: bytes) -> None:
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise codec.ReviewError("refused by the decoder") from None
+
+
 def _hundred_checks(body: bytes) -> None:
     for _ in range(100):
         codec._check_text_depth(body)
@@ -88,6 +95,13 @@ def run(quick: bool = False) -> dict[str, Any]:
         seconds, outcome = _cpu(partial(codec._check_text_depth, body), 3 if quick else 7)
         rows.append([name, len(body), f"{seconds * 1e3:.2f} ms", outcome])
         summary[name] = round(seconds * 1e3, 2)
+    # What the decoder, which runs before the check, does itself with deep text: orjson accepts
+    # 1,024 levels (past the interpreter's recursion limit, so the check cannot be left to it).
+    for depth in (1000, 1025):
+        branch = b"[" * (depth - 1) + b"]" * (depth - 1)
+        body = b"[" + b",".join([branch] * (SIZE // (len(branch) + 1))) + b"]"
+        seconds, outcome = _cpu(partial(_decodes, body), 3 if quick else 7)
+        rows.append([f"orjson.loads, branches {depth:,} deep", len(body), f"{seconds * 1e3:.2f} ms", outcome])
     print(
         table(
             "The nesting bound on the text: median thread CPU per call",
