@@ -7,21 +7,20 @@ braces (`"k:{\\"name\\":\\"x\\"}"`): the check always reads escapes and strings 
 brackets. This times it on the 11.6 KB training Pod's review as the API server sends it to
 /mutate and to /validate (bench_pair.py's bodies), and on 3 MiB texts made of what it reads
 slowest: runs of escapes, managedFields-like keys, strings of brackets, and the one past the
-limit. Thread CPU time, medians (µs for the reviews, ms for the 3 MiB texts); `PYTHONPATH` picks
+limit. CPU time of this process, medians (µs for the reviews, ms for the 3 MiB texts); `PYTHONPATH` picks
 the tree. Not part of run.py.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 import bench_pair
 import measure
 import orjson
+from bench_structure import cpu_ms
 from measure import median, table
 
 from webhook.serve import admission_review as codec
@@ -48,20 +47,6 @@ def texts() -> dict[str, bytes]:
     }
 
 
-def _cpu(fn: Callable[[], Any], repeats: int) -> tuple[float, str]:
-    times: list[float] = []
-    outcome = "ok"
-    for _ in range(repeats):
-        start = time.thread_time()
-        try:
-            fn()
-            outcome = "ok"
-        except codec.ReviewError:
-            outcome = "refused"
-        times.append(time.thread_time() - start)
-    return median(times), outcome
-
-
 def _decodes(body: bytes) -> None:
     try:
         orjson.loads(body)
@@ -86,22 +71,22 @@ def run(quick: bool = False) -> dict[str, Any]:
         ("training Pod review, /mutate", mutate),
         ("training Pod review, /validate", validate),
     ):
-        per_batch = [_cpu(partial(_hundred_checks, body), 1)[0] for _ in range(batches)]
-        us = median(per_batch) / 100 * 1e6
+        per_batch = [cpu_ms(partial(_hundred_checks, body), 1)[0] for _ in range(batches)]
+        us = median(per_batch) / 100 * 1e3
         rows.append([name, len(body), f"{us:.1f} µs", "ok"])
         summary[name] = round(us, 1)
     for name, body in texts().items():
         orjson.loads(body)  # what the check reads has passed the decoder
-        seconds, outcome = _cpu(partial(codec._check_text_depth, body), 3 if quick else 7)
-        rows.append([name, len(body), f"{seconds * 1e3:.2f} ms", outcome])
-        summary[name] = round(seconds * 1e3, 2)
+        ms, outcome = cpu_ms(partial(codec._check_text_depth, body), 3 if quick else 7)
+        rows.append([name, len(body), f"{ms:.2f} ms", outcome])
+        summary[name] = round(ms, 2)
     # What the decoder, which runs before the check, does itself with deep text: orjson accepts
     # 1,024 levels (past the interpreter's recursion limit, so the check cannot be left to it).
     for depth in (1000, 1025):
         branch = b"[" * (depth - 1) + b"]" * (depth - 1)
         body = b"[" + b",".join([branch] * (SIZE // (len(branch) + 1))) + b"]"
-        seconds, outcome = _cpu(partial(_decodes, body), 3 if quick else 7)
-        rows.append([f"orjson.loads, branches {depth:,} deep", len(body), f"{seconds * 1e3:.2f} ms", outcome])
+        ms, outcome = cpu_ms(partial(_decodes, body), 3 if quick else 7)
+        rows.append([f"orjson.loads, branches {depth:,} deep", len(body), f"{ms:.2f} ms", outcome])
     print(
         table(
             "The nesting bound on the text: median thread CPU per call",
