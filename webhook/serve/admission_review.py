@@ -243,11 +243,11 @@ def _check_text_depth(body: bytes) -> None:
     """ReviewError when the containers of JSON text orjson has accepted nest deeper than MAX_DEPTH.
 
     Computed with bytes methods (C speed): walking the decoded 12 KB review in Python costs about
-    65 µs, this 20 µs. Real objects nest about 20 levels (managedFields included).
+    65 µs, this about 29 µs. Real objects nest about 20 levels (managedFields included).
     Strings go first. Backslashes come in escape pairs (`\\\\` dropped first, then `\\"`), so
     what remains of `"` delimits strings. A real review always has some: the API server's
     managedFields keys quote their keys (`k:{\\"name\\":\\"x\\"}`), a 12 KB Pod's 228 escaped quotes.
-    The two replaces scan for a two-byte pattern, at a third of the speed of a translate, so
+    The two replaces scan for a two-byte pattern, at about a third of a translate's speed, so
     they read only what an escape can touch, a third of the text, kept by one translate.
     Only quotes and brackets matter after that, about a fifth of a review's text, so one translate
     keeps just those. Only brackets outside strings are kept (_brackets_of), all of one kind;
