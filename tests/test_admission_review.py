@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import random
 from typing import Any
 
 import jsonpatch
@@ -283,6 +284,175 @@ def test_nesting_is_read_across_chunks_of_the_text() -> None:
     codec._check_text_depth(b"[" + filler * count + b"1]")
     with pytest.raises(ReviewError):
         codec._check_text_depth(b"[" + filler * count + _lists(codec.MAX_DEPTH) + b"]")
+
+
+def _depth(value: Any) -> int:
+    """How deep the containers of a decoded value nest: what the text's check must agree with."""
+    depth, level = 0, [value]
+    while level := [c for c in level if isinstance(c, dict | list)]:
+        depth += 1
+        level = [v for c in level for v in (c.values() if isinstance(c, dict) else c)]
+    return depth
+
+
+# What the API server writes into every object: managedFields keys quoting keys inside a string.
+MANAGED_KEY = rb'"k:{\"name\":\"main\"}"'
+ESCAPED_TEXTS = [
+    pytest.param(
+        b'{"a":' + MANAGED_KEY + b"," + b'"b":' + _lists(codec.MAX_DEPTH - 1) + b"}", id="managed-key-value"
+    ),
+    pytest.param(
+        b'{"f:metadata":{' + MANAGED_KEY + b":" + _lists(codec.MAX_DEPTH - 2) + b"}}",
+        id="managed-key-at-the-limit",
+    ),
+    pytest.param(
+        b'{"f:metadata":{' + MANAGED_KEY + b":" + _lists(codec.MAX_DEPTH - 1) + b"}}",
+        id="managed-key-one-past",
+    ),
+    pytest.param(
+        b"[" + (MANAGED_KEY + b",") * 3000 + _lists(codec.MAX_DEPTH - 1) + b"]",
+        id="many-managed-keys-at-the-limit",
+    ),
+    pytest.param(
+        b"[" + (MANAGED_KEY + b",") * 3000 + _lists(codec.MAX_DEPTH) + b"]", id="many-managed-keys-one-past"
+    ),
+    pytest.param(rb'["\"[[[[", ' + _lists(codec.MAX_DEPTH - 1) + b"]", id="escaped-quote-before-brackets"),
+    pytest.param(
+        rb'["\"[[[[", ' + _lists(codec.MAX_DEPTH) + b"]", id="escaped-quote-before-brackets-one-past"
+    ),
+    pytest.param(
+        rb'["a\\", "]]]]", ' + _lists(codec.MAX_DEPTH) + b"]", id="string-ending-in-a-backslash-then-closers"
+    ),
+    pytest.param(
+        rb'["a\\\\", "[[[[", ' + _lists(codec.MAX_DEPTH - 1) + b"]", id="string-ending-in-two-backslashes"
+    ),
+    pytest.param(
+        rb'["\\\"]]]]\\", ' + _lists(codec.MAX_DEPTH) + b"]", id="backslash-then-escaped-quote-then-closers"
+    ),
+    pytest.param(
+        rb'["\n\"[[\/\\", ' + _lists(codec.MAX_DEPTH - 1) + b"]", id="letter-escapes-around-an-escaped-quote"
+    ),
+    pytest.param(
+        rb'["\n\"]]\/\\", ' + _lists(codec.MAX_DEPTH) + b"]", id="letter-escapes-then-closers-one-past"
+    ),
+    pytest.param(
+        rb'["\u0022]]]]\u005c", ' + _lists(codec.MAX_DEPTH) + b"]", id="unicode-escaped-quote-and-backslash"
+    ),
+    pytest.param(rb'["\b\f\r\t\u005b", ' + _lists(codec.MAX_DEPTH - 1) + b"]", id="every-letter-escape"),
+    pytest.param(
+        b'["' + b"[" * 101 + b'", ' + _lists(codec.MAX_DEPTH - 1) + b"]", id="101-deep-inside-a-string"
+    ),
+    pytest.param(
+        b'["' + b"[" * 101 + b'", ' + _lists(codec.MAX_DEPTH) + b"]", id="101-deep-inside-and-outside"
+    ),
+    pytest.param(
+        b'["' + b"\\\\" * 5000 + b'", ' + _lists(codec.MAX_DEPTH) + b"]",
+        id="long-run-of-backslashes-one-past",
+    ),
+    pytest.param(
+        b'["' + b'\\"[' * 5000 + b'", ' + _lists(codec.MAX_DEPTH - 1) + b"]", id="long-run-of-escaped-quotes"
+    ),
+]
+
+
+@pytest.mark.parametrize("body", ESCAPED_TEXTS)
+def test_nesting_on_the_text_agrees_with_the_decoded_value(body: bytes) -> None:
+    """Escapes and brackets inside strings: the text refuses exactly what nests past the limit."""
+    if _depth(orjson.loads(body)) <= codec.MAX_DEPTH:
+        codec._check_text_depth(body)
+    else:
+        with pytest.raises(ReviewError, match="nested deeper than 100 levels"):
+            codec._check_text_depth(body)
+
+
+_STRING_PIECES = ["[", "]", "{", "}", '"', "\\", "\n", "/", 'k:{"name":"x"}', "é", "\0", "a"]
+
+
+def _random_value(rng: random.Random, depth: int) -> Any:
+    """`depth` containers nested, each with strings (keys too) built of quotes, backslashes and brackets."""
+    text = "".join(rng.choice(_STRING_PIECES) for _ in range(rng.randrange(6)))
+    if depth == 0:
+        return text
+    inner = _random_value(rng, depth - 1)
+    if rng.random() < 0.5:
+        return [text, inner, text + "\\"] if rng.random() < 0.5 else [inner]
+    return {text: text, "k" + text: inner}
+
+
+GENERATED = [
+    pytest.param(seed, depth, id=f"seed-{seed}-depth-{depth}")
+    for seed in range(40)
+    for depth in (codec.MAX_DEPTH - 1, codec.MAX_DEPTH, codec.MAX_DEPTH + 1)
+]
+
+
+@pytest.mark.parametrize(("seed", "depth"), GENERATED)
+def test_nesting_on_the_text_of_generated_values(seed: int, depth: int) -> None:
+    value = _random_value(random.Random(seed), depth)
+    body = orjson.dumps(value)
+    if depth <= codec.MAX_DEPTH:
+        codec._check_text_depth(body)
+    else:
+        with pytest.raises(ReviewError, match="nested deeper than 100 levels"):
+            codec._check_text_depth(body)
+
+
+def _managed_pod(extra: Any) -> dict[str, Any]:
+    """A Pod as the API server sends it, managedFields and all, with `extra` under spec."""
+    fields: dict[str, Any] = {
+        "f:spec": {"f:containers": {MANAGED_KEY.decode()[1:-1].replace('\\"', '"'): {".": {}, "f:image": {}}}}
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "train-0",
+            "namespace": "research",
+            "annotations": {"note": "ends in a backslash \\", "path": 'C:\\runs\\"]]'},
+            "managedFields": [
+                {
+                    "manager": "kubectl-client-side-apply",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": fields,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "main", "image": "registry.example/train:1"}], "extra": extra},
+    }
+
+
+def _chain(depth: int) -> Any:
+    value: Any = "[[[" * 40
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+# The object is level 1, its spec 2: 98 lists under spec.extra reach the limit of 100.
+REVIEWS_WITH_MANAGED_FIELDS = [
+    pytest.param(_managed_pod(_chain(98)), None, id="at-the-limit"),
+    pytest.param(_managed_pod(_chain(99)), "request.object.spec.extra.0.0.….0.0", id="one-past"),
+    pytest.param(_managed_pod("[" * 200), None, id="brackets-only-in-a-string"),
+]
+
+
+@pytest.mark.parametrize(("obj", "field"), REVIEWS_WITH_MANAGED_FIELDS)
+def test_reviews_with_managed_fields_are_refused_only_past_the_limit(
+    obj: dict[str, Any], field: str | None
+) -> None:
+    assert (_depth(obj) > 100) == (field is not None)
+    body = encode(admission_review(obj))
+    assert rb"k:{\"name\":\"main\"}" in body
+    if field is None:
+        assert parse_request(body).admission.object == obj
+        return
+    with pytest.raises(ReviewError) as caught:
+        parse_request(body)
+    assert caught.value.field == field
+    assert "nested deeper than 100 levels" in caught.value.describe()
+    assert f"field {caught.value.field}" in caught.value.describe()
 
 
 # -- build_response -------------------------------------------------------------------------------

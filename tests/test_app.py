@@ -98,6 +98,25 @@ def state(policies: PolicySet) -> ServerState:
     return s
 
 
+def with_managed_fields(obj: dict[str, Any], extra_depth: int) -> dict[str, Any]:
+    """`obj` as the API server sends it (managedFields keys hold quoted keys in braces), with
+    `extra_depth` lists nested under spec.extra."""
+    out = copy.deepcopy(obj)
+    out["metadata"]["managedFields"] = [
+        {
+            "manager": "kubectl",
+            "operation": "Update",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:spec": {"f:pytorchReplicaSpecs": {'k:{"name":"[Worker]"}': {".": {}}}}},
+        }
+    ]
+    extra: Any = 'ends "in" [a backslash] \\'
+    for _ in range(extra_depth):
+        extra = [extra]
+    out["spec"]["extra"] = extra
+    return out
+
+
 @pytest.fixture
 def client(state: ServerState) -> Iterator[TestClient]:
     with TestClient(create_app(state)) as c:
@@ -157,6 +176,13 @@ BAD_CALLS = [
     pytest.param(
         JSON, orjson.dumps(admission_review(pytorchjob(), name=["x"])), "field request.name", id="name-a-list"
     ),
+    # The object is level 1, its spec 2: 99 lists under spec.extra are one past the limit of 100.
+    pytest.param(
+        JSON,
+        orjson.dumps(admission_review(with_managed_fields(pytorchjob(), 99))),
+        "field request.object.spec.extra.0.0.….0.0: nested deeper than 100 levels",
+        id="managed-fields-and-one-past",
+    ),
 ]
 
 
@@ -169,6 +195,13 @@ def test_bad_call_is_400_with_a_json_error_naming_the_problem(
     assert response.status_code == 400
     assert response.headers["content-type"] == "application/json"
     assert names in response.json()["error"]
+
+
+@pytest.mark.parametrize("path", ["/validate", "/mutate"])
+def test_managed_fields_at_the_depth_limit_are_decided(client: TestClient, path: str) -> None:
+    response = post(client, path, admission_review(with_managed_fields(pytorchjob(), 98)))
+    assert response.status_code == 200
+    assert response.json()["response"]["uid"] == UID
 
 
 def test_content_type_parameters_are_accepted(client: TestClient) -> None:

@@ -83,11 +83,15 @@ SHAPES: dict[str, Callable[[], dict[str, Any]]] = {
     "list of empty maps": lambda: _fill(lambda n: _pod([{}] * n)),
     "95-deep branches, wide": lambda: _fill(lambda n: _pod(_nested_wide(n))),
     "labels, 1-char values": lambda: _fill(lambda n: _pod(labels={f"k{i:x}": "v" for i in range(n)})),
+    # Strings the text-depth check must read through: escapes, and brackets inside strings.
+    "managedFields-like keys": lambda: _fill(lambda n: _pod({f'k:{{"name":"{i:x}"}}': {} for i in range(n)})),
+    "escaped quotes and brackets": lambda: _fill(lambda n: _pod(['"[\\' * 16] * n)),
     "just past the cap, 2 bytes a value": lambda: _pod([0] * 499_990),
 }
 
 
-def _cpu_ms(fn: Callable[[], Any], repeats: int) -> tuple[float, str]:
+def cpu_ms(fn: Callable[[], Any], repeats: int) -> tuple[float, str]:
+    """Median CPU ms of `repeats` calls of `fn`, and its outcome: ok, or refused and by what."""
     times: list[float] = []
     outcome = "ok"
     for _ in range(repeats):
@@ -113,9 +117,9 @@ def shapes(quick: bool) -> list[list[Any]]:
         obj = make()
         body = orjson.dumps(admission_review(obj))
         text = orjson.dumps(obj).decode()
-        webhook_ms, webhook_outcome = _cpu_ms(partial(codec.parse_request, body), repeats)
-        walk_ms, _ = _cpu_ms(partial(check_structure, orjson.loads(text), source="bench"), repeats)
-        check_ms, check_outcome = _cpu_ms(partial(_check_path, text), max(1, repeats // 2))
+        webhook_ms, webhook_outcome = cpu_ms(partial(codec.parse_request, body), repeats)
+        walk_ms, _ = cpu_ms(partial(check_structure, orjson.loads(text), source="bench"), repeats)
+        check_ms, check_outcome = cpu_ms(partial(_check_path, text), max(1, repeats // 2))
         rows.append([name, len(body), webhook_ms, webhook_outcome, walk_ms, check_ms, check_outcome])
         log(f"structure: {name}: webhook {webhook_ms:.1f} ms, check {check_ms:.1f} ms")
     return rows
@@ -125,7 +129,7 @@ def big_file(quick: bool) -> list[Any]:
     text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: huge}\ndata:\n" + "".join(
         f" {i:x}: v\n" for i in range(2_700_000)
     )
-    ms, outcome = _cpu_ms(lambda: load_yaml_documents(text, "huge.yaml"), 3 if quick else 5)
+    ms, outcome = cpu_ms(lambda: load_yaml_documents(text, "huge.yaml"), 3 if quick else 5)
     return ["31 MB YAML, 2.7 M keys", len(text.encode()), ms, outcome]
 
 

@@ -203,6 +203,11 @@ def _short(value: Any) -> str:
 _AS_BRACKETS = bytes.maketrans(b"{}", b"[]")
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _NOT_MARKS = bytes(b for b in range(256) if b not in b'[]{}"')  # all but brackets and quotes
+# All but the marks, backslashes and what a backslash can escape in JSON text (orjson has checked
+# it): dropping the rest leaves each escape whole, its backslash right before the byte it escapes.
+# Two runs of backslashes it joins are read as one correctly: the first ended in pairs only (after
+# an odd one the escaped byte would sit between them).
+_NOT_MARKS_OR_ESCAPES = bytes(b for b in range(256) if b not in b'[]{}"\\/bfnrtu')
 
 
 # Text split at a time: bytes.join holds an 80-byte buffer view per part, so a 3 MB body of empty
@@ -237,18 +242,23 @@ def _brackets_outside_strings(text: bytes) -> bytes:
 def _check_text_depth(body: bytes) -> None:
     """ReviewError when the containers of JSON text orjson has accepted nest deeper than MAX_DEPTH.
 
-    Computed with bytes methods (C speed): walking a decoded 12 KB review in Python cost about
-    0.25 ms, a third of a decision. Real objects nest about 20 levels (managedFields included).
+    Computed with bytes methods (C speed): walking the decoded 12 KB review in Python costs about
+    65 µs, this about 29 µs. Real objects nest about 20 levels (managedFields included).
     Strings go first. Backslashes come in escape pairs (`\\\\` dropped first, then `\\"`), so
-    what remains of `"` delimits strings. Only quotes and brackets matter after that, about a
-    tenth of a review's text, so one translate keeps just those. Only brackets outside strings
-    are kept (_brackets_of), all of one kind; each round removes the innermost pairs present at
-    its start (bytes.replace does not match what its own removals join), so the rounds needed
-    are the depth; at most MAX_DEPTH rounds, each on a shorter text than the one before. Many
-    brackets are summed in one pass instead (_ROUNDS_UP_TO).
+    what remains of `"` delimits strings. A real review always has some: the API server's
+    managedFields keys quote their keys (`k:{\\"name\\":\\"x\\"}`), a 12 KB Pod's 228 escaped quotes.
+    The two replaces scan for a two-byte pattern, at about a third of a translate's speed, so
+    they read only what an escape can touch, a third of the text, kept by one translate.
+    Only quotes and brackets matter after that, about a fifth of a review's text, so one translate
+    keeps just those. Only brackets outside strings are kept (_brackets_of), all of one kind;
+    each round removes the innermost pairs present at its start (bytes.replace does not match
+    what its own removals join), so the rounds needed are the depth; at most MAX_DEPTH rounds,
+    each on a shorter text than the one before. Many brackets are summed in one pass instead
+    (_ROUNDS_UP_TO).
     """
-    if b"\\" in body:  # a search is much cheaper than the two copies
-        body = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    if b"\\" in body:  # a search is much cheaper than the copies
+        escapes = body.translate(None, _NOT_MARKS_OR_ESCAPES)
+        body = escapes.replace(b"\\\\", b"").replace(b'\\"', b"")
     marks = body.translate(None, _NOT_MARKS)
     if marks.count(b"[") + marks.count(b"{") <= MAX_DEPTH:  # too few containers to nest past it
         return
@@ -274,16 +284,18 @@ def _check_text_depth(body: bytes) -> None:
 def _brackets_of(marks: bytes) -> bytes:
     """The brackets outside strings of `marks` (the quotes and brackets of unescaped JSON text).
 
-    Usually no string holds a bracket: then every run of quotes between two brackets has an even
-    length (the first run starts with an opening quote, so each run does), its quotes pair up
-    among themselves, and dropping every `""` leaves no quote and exactly the brackets outside
-    strings. A quote left over means a run of odd length, so some string holds a bracket (a
-    managedFields key such as `k:{"name":"x"}`): the text is then split at its quotes.
+    Dropping every `""` leaves each run of quotes between two brackets with its length's parity
+    (a match never spans a bracket), so every bracket stays inside or outside a string as it was.
+    Usually no string holds a bracket: then every run has an even length (the first starts with an
+    opening quote, so each does), no quote is left, and what is left is exactly the brackets
+    outside strings. A quote left over means some string holds a bracket (a managedFields key
+    such as `k:{"name":"x"}`): what is left is split at its quotes, only those strings' quotes
+    (a 12 KB Pod's review: 84 of 1,542; splitting at them all cost 17 µs).
     """
     outside = marks.replace(b'""', b"")
     if b'"' not in outside:
         return outside.translate(_AS_BRACKETS)
-    return _brackets_outside_strings(marks)
+    return _brackets_outside_strings(outside)
 
 
 # metav1.StatusReason -> HTTP code, as k8s.io/apimachinery/pkg/api/errors writes them. A validation's
