@@ -146,22 +146,14 @@ class Engine:
             return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
         old_workload = self._adapt_old(inp, ctx)
         request = _request(inp, namespace, meta)
+        when = _when(inp, now, timings)
         evaluated: list[tuple[Policy, PolicyResult]] = []
-        now = now or datetime.now(UTC)
-        when: dict[str, Any] = {"deadline": inp.deadline, "yield_at": inp.yield_at, "timings": timings}
-
         patcher = Patcher(obj)
         if mutate:
-            evaluated += self._evaluate(
-                self._mutating, self._mutation, patcher, inp, workload, old_workload, request, now, when
-            )
-            workload = self._readapt(
-                patcher, ctx, workload, validate=validate, kept=kept, inline=inp.yield_at is None
-            )
+            evaluated += self._evaluate(self._mutating, patcher, inp, workload, old_workload, request, when)
+            workload = self._readapt(patcher, ctx, workload, inp, validate=validate, kept=kept)
         if validate:
-            evaluated += self._evaluate(
-                self._validating, self._validation, patcher, inp, workload, old_workload, request, now, when
-            )
+            evaluated += self._evaluate(self._validating, patcher, inp, workload, old_workload, request, when)
         decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
         return decide.decide(decision, evaluated)
 
@@ -203,29 +195,31 @@ class Engine:
     def _evaluate(
         self,
         phase: Phase,
-        reads: PhaseReads,
         patcher: Patcher,
         inp: AdmissionInput,
         workload: Workload,
         old_workload: Workload | None,
         request: dict[str, Any],
-        now: datetime,
         when: dict[str, Any],
     ) -> list[tuple[Policy, PolicyResult]]:
         """One phase's results on the object as `patcher` holds it (the mutating phase edits it)."""
+        mutating = phase is self._mutating
+        reads = self._mutation if mutating else self._validation
         bindings = self._bindings(reads, patcher.doc, workload, inp.old_object, old_workload, request)
-        edits = patcher if phase is self._mutating else None
-        return phase.evaluate(workload, inp.operation, request["namespace"], now, bindings, edits, **when)
+        edits = patcher if mutating else None
+        return phase.evaluate(
+            workload, inp.operation, request["namespace"], bindings=bindings, patcher=edits, **when
+        )
 
     def _readapt(
         self,
         patcher: Patcher,
         ctx: AdaptContext,
         workload: Workload,
+        inp: AdmissionInput,
         *,
         validate: bool,
         kept: Adaptations | None,
-        inline: bool,
     ) -> Workload:
         """The workload validation sees once the mutating phase has edited the object; on a
         mutating call (no validation here), the edited object is left in `kept` for the validating
@@ -240,7 +234,7 @@ class Engine:
             # The validating call brings the patched object back (adaptations.py). An inline
             # call leaves its adaptation to settle(), after its answer is sent.
             kept.leave(patcher.doc, ctx, self._facts, None if patcher.ops else workload)
-            if inline:
+            if inp.yield_at is None:
                 kept.settle()
         return workload
 
@@ -301,6 +295,16 @@ def _request(inp: AdmissionInput, namespace: str | None, meta: dict[str, Any]) -
         "name": meta.get("name"),
         "userInfo": dict(inp.user_info),
         "dryRun": inp.dry_run,
+    }
+
+
+def _when(inp: AdmissionInput, now: datetime | None, timings: dict[str, float] | None) -> dict[str, Any]:
+    """Phase.evaluate's arguments that every phase of one decision shares."""
+    return {
+        "now": now or datetime.now(UTC),
+        "deadline": inp.deadline,
+        "yield_at": inp.yield_at,
+        "timings": timings,
     }
 
 
