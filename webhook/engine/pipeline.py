@@ -1,9 +1,13 @@
 """Engine.decide(): adapt -> match -> mutate -> re-adapt -> validate -> decide.
 
-decide() reads as that sequence. Each phase (the mutating policies, then the validating ones) is
-evaluated by phase.py, with the CEL variables trimmed to what that phase's policies read
-(bindings.py). The webhook, the CLI and the review gate all call this; nothing here knows about
-HTTP or files.
+decide() reads as that sequence, each step a method named for it: why an object is not decided
+at all (_not_decided), what adapting reads beside the object (_adapt_context), adapting it, from
+the webhook's store of adaptations on a validating call (_adapt, adaptations.py), each phase's
+policies (_evaluate: the mutating ones, then the validating ones), and the mutated object adapted
+again or left for the validating call (_readapt). Each phase is evaluated by phase.py, with the
+CEL variables trimmed to what that phase's policies read (bindings.py); decide.py turns the
+results into the Decision. The webhook, the CLI and the review gate all call this; nothing here
+knows about HTTP or files.
 """
 
 from __future__ import annotations
@@ -132,74 +136,107 @@ class Engine:
         obj = inp.object
         meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
         namespace = meta.get("namespace") or inp.namespace
-        if inp.operation not in ("CREATE", "UPDATE"):
-            return Decision(True, mutated=obj, skipped_reason=f"operation {inp.operation} is always allowed")
-        if namespace in self.config.excluded_namespaces:
-            return Decision(True, mutated=obj, skipped_reason=f"namespace {namespace} is excluded")
-        if reason := _node_level(inp, accelerators_of(self.config)):
-            # The webhook configurations never send these Pods (matchCondition not-node-level).
+        if reason := self._not_decided(inp, namespace):
             return Decision(True, mutated=obj, skipped_reason=reason)
-        ctx = AdaptContext(
+        ctx = self._adapt_context(inp, namespace, mutate=mutate, validate=validate)
+        # A call that brings its own runtimes neither leaves nor finds adaptations.
+        kept = self._adaptations if not inp.runtimes else None
+        workload = self._adapt(obj, ctx, None if mutate else kept)
+        if workload is None:
+            return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
+        old_workload = self._adapt_old(inp, ctx)
+        request = _request(inp, namespace, meta)
+        when = _when(inp, now, timings)
+        evaluated: list[tuple[Policy, PolicyResult]] = []
+        patcher = Patcher(obj)
+        if mutate:
+            evaluated += self._evaluate(self._mutating, patcher, inp, workload, old_workload, request, when)
+            workload = self._readapt(patcher, ctx, workload, inp, validate=validate, kept=kept)
+        if validate:
+            evaluated += self._evaluate(self._validating, patcher, inp, workload, old_workload, request, when)
+        decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
+        return decide.decide(decision, evaluated)
+
+    def _not_decided(self, inp: AdmissionInput, namespace: str | None) -> str | None:
+        """Why the object is allowed as it is, before anything is adapted; None when it is decided."""
+        if inp.operation not in ("CREATE", "UPDATE"):
+            return f"operation {inp.operation} is always allowed"
+        if namespace in self.config.excluded_namespaces:
+            return f"namespace {namespace} is excluded"
+        # The webhook configurations never send node-level Pods (matchCondition not-node-level).
+        return _node_level(inp, accelerators_of(self.config))
+
+    def _adapt_context(
+        self, inp: AdmissionInput, namespace: str | None, *, mutate: bool, validate: bool
+    ) -> AdaptContext:
+        """What adapting the object (and its old version, and the mutated object) reads beside it."""
+        return AdaptContext(
             config=self.config,
             runtimes={**self.runtimes, **inp.runtimes} if inp.runtimes else self.runtimes,
             priority_classes=self.priority_classes,
             namespace=namespace,
             launch_allowance=INLINE_LAUNCH_STEPS if inp.yield_at is not None else None,
             # The mutated object is adapted again, for the validation here or the validating call
-            # (see below), reusing the containers the mutations left alone.
+            # (_readapt), reusing the containers the mutations left alone.
             containers={} if mutate and (validate or self._adaptations is not None) else None,
         )
-        # A call that brings its own runtimes neither leaves nor finds adaptations.
-        kept = self._adaptations if not inp.runtimes else None
-        if kept is not None and not mutate:
-            workload = kept.adapt(obj, ctx, self._facts)
-        else:
-            workload = build_workload(obj, ctx)
-        if workload is None:
-            return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
-        old_workload = None
-        if inp.old_object and self._reads_old_workload:
-            old_workload = build_workload(inp.old_object, ctx)
-        request = {
-            "operation": inp.operation,
-            "namespace": namespace,
-            "name": meta.get("name"),
-            "userInfo": dict(inp.user_info),
-            "dryRun": inp.dry_run,
-        }
-        evaluated: list[tuple[Policy, PolicyResult]] = []
-        now = now or datetime.now(UTC)
-        when: dict[str, Any] = {"deadline": inp.deadline, "yield_at": inp.yield_at, "timings": timings}
 
-        patcher = Patcher(obj)
-        if mutate:
-            bindings = self._bindings(self._mutation, obj, workload, inp.old_object, old_workload, request)
-            evaluated += self._mutating.evaluate(
-                workload, inp.operation, namespace, now, bindings, patcher, **when
-            )
-            if patcher.ops and validate:
-                # Validation sees the mutated object. Without validation (the /mutate endpoint)
-                # nothing reads the re-adapted workload, so it is not built: the Decision then
-                # carries the workload the mutations saw. Containers the mutations left alone
-                # are not read again (ctx.containers).
-                workload = build_workload(patcher.doc, ctx) or workload
-            elif kept is not None and not validate:
-                # The validating call brings the patched object back (adaptations.py). An inline
-                # call leaves its adaptation to settle(), after its answer is sent.
-                kept.leave(patcher.doc, ctx, self._facts, None if patcher.ops else workload)
-                if inp.yield_at is None:
-                    kept.settle()
+    def _adapt(self, obj: dict[str, Any], ctx: AdaptContext, kept: Adaptations | None) -> Workload | None:
+        """The object's workload; None when it is not one trainguard decides. `kept`: the store a
+        validating call (validate without mutate) takes what its mutating call left from."""
+        if kept is not None:
+            return kept.adapt(obj, ctx, self._facts)
+        return build_workload(obj, ctx)
 
-        if validate:
-            bindings = self._bindings(
-                self._validation, patcher.doc, workload, inp.old_object, old_workload, request
-            )
-            evaluated += self._validating.evaluate(
-                workload, inp.operation, namespace, now, bindings, None, **when
-            )
+    def _adapt_old(self, inp: AdmissionInput, ctx: AdaptContext) -> Workload | None:
+        """The old object's workload (UPDATE), adapted only when some policy reads `oldWorkload`."""
+        return build_workload(inp.old_object, ctx) if inp.old_object and self._reads_old_workload else None
 
-        decision = Decision(True, patch=patcher.ops, workload=workload, mutated=patcher.doc)
-        return decide.decide(decision, evaluated)
+    def _evaluate(
+        self,
+        phase: Phase,
+        patcher: Patcher,
+        inp: AdmissionInput,
+        workload: Workload,
+        old_workload: Workload | None,
+        request: dict[str, Any],
+        when: dict[str, Any],
+    ) -> list[tuple[Policy, PolicyResult]]:
+        """One phase's results on the object as `patcher` holds it (the mutating phase edits it)."""
+        mutating = phase is self._mutating
+        reads = self._mutation if mutating else self._validation
+        bindings = self._bindings(reads, patcher.doc, workload, inp.old_object, old_workload, request)
+        edits = patcher if mutating else None
+        return phase.evaluate(
+            workload, inp.operation, request["namespace"], bindings=bindings, patcher=edits, **when
+        )
+
+    def _readapt(
+        self,
+        patcher: Patcher,
+        ctx: AdaptContext,
+        workload: Workload,
+        inp: AdmissionInput,
+        *,
+        validate: bool,
+        kept: Adaptations | None,
+    ) -> Workload:
+        """The workload validation sees once the mutating phase has edited the object; on a
+        mutating call (no validation here), the edited object is left in `kept` for the validating
+        call that brings it back."""
+        if patcher.ops and validate:
+            # Validation sees the mutated object. Without validation (the /mutate endpoint)
+            # nothing reads the re-adapted workload, so it is not built: the Decision then
+            # carries the workload the mutations saw. Containers the mutations left alone
+            # are not read again (ctx.containers).
+            return build_workload(patcher.doc, ctx) or workload
+        if kept is not None and not validate:
+            # The validating call brings the patched object back (adaptations.py). An inline
+            # call leaves its adaptation to settle(), after its answer is sent.
+            kept.leave(patcher.doc, ctx, self._facts, None if patcher.ops else workload)
+            if inp.yield_at is None:
+                kept.settle()
+        return workload
 
     def _bindings(
         self,
@@ -248,6 +285,27 @@ def eviction_candidates(workload: Workload, namespace: str | None) -> list[str]:
         keys.append(eviction_key(ns, "Workload", group))
     keys.append(eviction_key(ns, workload.kind, workload.name))
     return keys
+
+
+def _request(inp: AdmissionInput, namespace: str | None, meta: dict[str, Any]) -> dict[str, Any]:
+    """What CEL's `request` variable holds of the admission request."""
+    return {
+        "operation": inp.operation,
+        "namespace": namespace,
+        "name": meta.get("name"),
+        "userInfo": dict(inp.user_info),
+        "dryRun": inp.dry_run,
+    }
+
+
+def _when(inp: AdmissionInput, now: datetime | None, timings: dict[str, float] | None) -> dict[str, Any]:
+    """Phase.evaluate's arguments that every phase of one decision shares."""
+    return {
+        "now": now or datetime.now(UTC),
+        "deadline": inp.deadline,
+        "yield_at": inp.yield_at,
+        "timings": timings,
+    }
 
 
 def _node_level(inp: AdmissionInput, accelerators: AcceleratorTest) -> str | None:
