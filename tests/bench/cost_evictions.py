@@ -7,7 +7,7 @@ the admitted workload's own names, so a request's cost should not grow with the 
 evicted workloads. Measured in process on the shipped policy set with recovery governing the
 preemptible tier: a bare preemptible Pod whose pod group was evicted (gated: the mutation runs)
 and one whose group never was, at 0 to 10,000 Kueue Workloads with an eviction record (each also
-recorded under its owner: two keys per Workload). Median of `time.process_time()` per review().
+recorded under its owner: two keys per Workload). Median of `time.process_time()` per decide().
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     policies = load_policy_set([default_policies_dir()])
     print(
-        f"load average {os.getloadavg()[0]:.2f}; backend {policies.backend.name}; median CPU ms per review()"
+        f"load average {os.getloadavg()[0]:.2f}; backend {policies.backend.name}; median CPU ms per decide()"
     )
     print("| Workloads with an eviction record | keys | evicted pod (gated) | first-start pod |")
     print("|---|---|---|---|")
