@@ -233,7 +233,6 @@ class Metrics:
             ["phase", "reason"],
             registry=r,
         )
-        self._fallback_sources: list[_Totals] = []
         for reason in _RESUME_REASONS:  # every series from the start, so a rate is 0 rather than absent
             self.resume_releases.labels(reason)
         for tier in (*_TIERS, "other"):
@@ -340,34 +339,16 @@ class Metrics:
 
     # -- engine ---------------------------------------------------------------------------------
 
-    def follow_fallbacks(self, totals: Callable[[], Mapping[tuple[str, str], int]]) -> None:
-        """Count what `totals` (a new engine's running fallback counts, from zero) adds from now on.
-
-        The engine it replaces is still followed until the next replacement: admissions it was
-        deciding on deciding threads when it was replaced still count.
-        """
-        self.observe_fallbacks()
-        if self._fallback_sources and self._fallback_sources[-1].reads(totals):
-            return  # the same engine installed again (a forked worker's metrics start afresh)
-        self._fallback_sources = [*self._fallback_sources[-1:], _Totals(totals)]
-
-    def observe_fallbacks(self) -> None:
-        """Add to the counter what the followed engines counted since the last call.
-
-        The engine counts in memory on its request path; the counter (a file per worker with
-        several workers) catches up here, at each scrape and on the server's tick, so that a worker
-        that does not answer the scrape has its count in the files all the same. Called on the
-        event loop's thread only, as ServerState is used.
-        """
-        for source in self._fallback_sources:
-            for (phase, reason), n in source.added().items():
-                self.engine_fallbacks.labels(phase, reason).inc(n)
+    def observe_fallback(self, phase: str, reason: str) -> None:
+        """One policy the engine evaluated by the generic path (the engine's Fallbacks observer).
+        With several workers each writes its own metric file as it counts, so a scrape answered by
+        any of them sums them all, a retired worker's included."""
+        self.engine_fallbacks.labels(phase, reason).inc()
 
     def set_certificate_not_after(self, timestamp: float | None) -> None:
         self._not_after = timestamp
 
     def render(self) -> bytes:
-        self.observe_fallbacks()
         if self.multiprocess_dir is None:
             return generate_latest(self.registry)
         every_worker = CollectorRegistry()
@@ -400,20 +381,3 @@ def _child(cache: dict[Any, _M], key: Any, metric: _M, *labels: str) -> _M:
         if len(cache) < _CACHED_CHILDREN:
             cache[key] = child
     return child
-
-
-class _Totals:
-    """Running totals read from their owner, and what each read adds to the previous one."""
-
-    def __init__(self, read: Callable[[], Mapping[tuple[str, str], int]]) -> None:
-        self._read = read
-        self._seen: dict[tuple[str, str], int] = {}
-
-    def reads(self, read: Callable[[], Mapping[tuple[str, str], int]]) -> bool:
-        return read == self._read  # bound methods are equal when they are of the same object
-
-    def added(self) -> dict[tuple[str, str], int]:
-        now = self._read()
-        added = {key: n - self._seen.get(key, 0) for key, n in now.items() if n > self._seen.get(key, 0)}
-        self._seen = dict(now)
-        return added

@@ -17,7 +17,7 @@ request, each policy's result in the policies' order.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from time import monotonic, perf_counter
 from typing import Any, Protocol
@@ -51,10 +51,18 @@ class Fallbacks:
     def __init__(self) -> None:
         self._counts: dict[tuple[str, str], int] = {}
         self._lock = threading.Lock()
+        self._observer: Callable[[str, str], None] | None = None
+
+    def observe(self, observer: Callable[[str, str], None]) -> None:
+        """Tell `observer(phase, reason)` of every fallback from now on (the server's metric);
+        observing again replaces it, so an engine installed twice is not counted twice."""
+        self._observer = observer
 
     def add(self, phase: str, reason: str) -> None:
         with self._lock:
             self._counts[phase, reason] = self._counts.get((phase, reason), 0) + 1
+        if self._observer is not None:
+            self._observer(phase, reason)
 
     def counts(self) -> dict[tuple[str, str], int]:
         with self._lock:

@@ -122,7 +122,7 @@ class ServerState:
 
     def install(self, engine: Engine) -> None:
         self.engine = engine
-        self.metrics.follow_fallbacks(engine.fallbacks.counts)
+        engine.fallbacks.observe(self.metrics.observe_fallback)
         self.metrics.ready.set(self.ready)
         self.metrics.policy_set_policies.set(len(engine.policies.policies))
 

@@ -47,8 +47,6 @@ KEEP_ALIVE_SECONDS = 120
 # Seconds a retiring worker keeps answering on its open connections (each answer asking the client
 # to reconnect, to the worker that replaces it) before it closes the idle ones and drains.
 RETIRE_GRACE_SECONDS = 2.0
-# uvicorn ticks every 0.1 s: the engine's fallback counts reach the metric files once a second.
-FALLBACK_SYNC_TICKS = 10
 
 
 class WebhookServer(uvicorn.Server):
@@ -199,10 +197,6 @@ class WebhookServer(uvicorn.Server):
             log.info("shutdown requested: not ready, still serving", extra={"delay_s": self.shutdown_delay})
         if self._drain_at is not None and not self.should_exit and time.monotonic() >= self._drain_at:
             self.should_exit = True
-        if counter % FALLBACK_SYNC_TICKS == 0:
-            # With several workers a scrape reaches one of them: the others' counts must already
-            # be in the shared metric files.
-            self.state.metrics.observe_fallbacks()
         return await super().on_tick(counter)
 
     async def shutdown(self, sockets: Any = None) -> None:
@@ -220,7 +214,6 @@ class WebhookServer(uvicorn.Server):
         # daemon, so it does not keep the process past the grace period.
         running = self.state.threads.running
         self.state.threads.shutdown()
-        self.state.metrics.observe_fallbacks()  # a retired worker's files outlive it: its last counts
         log.info("stopped", extra={"abandoned_decisions": running} if running else None)
 
 
