@@ -53,7 +53,7 @@ _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 # Buffers from 128 KiB up are mmap()ed and given back whole when freed (glibc's initial threshold,
 # now fixed); free space at a heap's top beyond 128 KiB is given back at once; two heaps.
-ALLOCATOR = {_M_MMAP_THRESHOLD: 128 * 1024, _M_TRIM_THRESHOLD: 128 * 1024, _M_ARENA_MAX: 2}
+ALLOCATOR = {_M_MMAP_THRESHOLD: 1024 * 1024, _M_TRIM_THRESHOLD: 1024 * 1024, _M_ARENA_MAX: 2}
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
