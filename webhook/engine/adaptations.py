@@ -20,6 +20,9 @@ The key also holds the namespace the object is adapted in and a digest of everyt
 adaptation reads (the platform config, the TrainingRuntimes and PriorityClasses known): engines
 rebuilt on other facts share one store without sharing answers.
 
+Beside an adaptation, the store keeps the validating decision made ahead for it (ahead.py), when
+the mutating call asked for one: handed out once, to the first call that finds the adaptation.
+
 Bounded by bytes (the canonical JSON text of the objects kept, a measure of their adapted size)
 and by entries; the least recently used go first. Thread-safe: the server decides on its event
 loop and on deciding threads at once.
@@ -33,11 +36,13 @@ import re
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from time import monotonic
 from typing import Any
 
 import orjson
 
 from webhook.config import PlatformConfig
+from webhook.engine.ahead import Ahead
 from webhook.workloads import AdaptContext, Workload, build_workload, workload_name
 
 # Set by the API server between the mutating and the validating call (see above). Never read by
@@ -52,6 +57,16 @@ _LARGEST_SHARE = 4
 _PENDING_KEPT = 64
 
 Key = tuple[str | None, bytes, bytes]
+# Decides the adapted object as its validating call would (ahead.py), giving up (Deferred) at the
+# time.monotonic() instant it is given
+AheadMaker = Callable[[Workload, float], Ahead]
+
+
+@dataclasses.dataclass(slots=True)
+class _Entry:
+    workload: Workload
+    size: int
+    ahead: Ahead | None  # taken by the first call that finds the entry
 
 
 class Adaptations:
@@ -59,6 +74,7 @@ class Adaptations:
 
     DEFAULT_MAX_BYTES = 4 * 1024 * 1024  # about 350 training Pods of 12 KB; 1.4 times that in memory
     DEFAULT_MAX_ENTRIES = 1024
+    DEFAULT_AHEAD_SECONDS = 0.02  # serve's inline slice: what an inline decision may take
 
     def __init__(
         self,
@@ -66,18 +82,21 @@ class Adaptations:
         *,
         max_entries: int | None = None,
         on_lookup: Callable[[bool], None] | None = None,
+        ahead_seconds: float = DEFAULT_AHEAD_SECONDS,
     ) -> None:
-        """`on_lookup(hit)` is told the outcome of every lookup (the server counts them)."""
+        """`on_lookup(hit)` is told the outcome of every lookup (the server counts them);
+        `ahead_seconds` bounds a decision made ahead (settle() runs on the server's event loop)."""
         self.max_bytes = self.DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
         self.max_entries = self.DEFAULT_MAX_ENTRIES if max_entries is None else max_entries
         if self.max_bytes < 0 or self.max_entries < 0:
             raise ValueError("the bounds of the adaptations kept must not be negative")
         self.bytes = 0
+        self.ahead_seconds = ahead_seconds
         self._on_lookup = on_lookup
-        self._kept: OrderedDict[Key, tuple[Workload, int]] = OrderedDict()
-        self._pending: deque[tuple[dict[str, Any], AdaptContext, bytes, Workload | None]] = deque(
-            maxlen=_PENDING_KEPT
-        )
+        self._kept: OrderedDict[Key, _Entry] = OrderedDict()
+        self._pending: deque[
+            tuple[dict[str, Any], AdaptContext, bytes, Workload | None, AheadMaker | None]
+        ] = deque(maxlen=_PENDING_KEPT)
         self._lock = threading.Lock()
 
     @property
@@ -90,61 +109,84 @@ class Adaptations:
         return len(self._kept)
 
     def leave(
-        self, obj: dict[str, Any], ctx: AdaptContext, facts: bytes, workload: Workload | None = None
+        self,
+        obj: dict[str, Any],
+        ctx: AdaptContext,
+        facts: bytes,
+        workload: Workload | None = None,
+        ahead: AheadMaker | None = None,
     ) -> None:
         """Keep `obj`'s adaptation for a call that will bring it back: `workload` when the caller
-        has it, else adapted by settle(), after the caller has answered. `facts`: facts_digest() of
-        the engine whose context `ctx` is. `obj` must not change afterwards."""
+        has it, else adapted by settle(), after the caller has answered; with the decision
+        `ahead(workload)` makes there, when given. `facts`: facts_digest() of the engine whose
+        context `ctx` is. `obj` must not change afterwards."""
         if self.enabled:
             with self._lock:
-                self._pending.append((obj, ctx, facts, workload))
+                self._pending.append((obj, ctx, facts, workload, ahead))
 
     def settle(self) -> None:
-        """Adapt and keep what leave() was given. Never raises: an object that cannot be adapted
-        (or would defer) is not kept, and its validating call adapts it and says why."""
+        """Adapt, decide ahead and keep what leave() was given. Never raises: an object that
+        cannot be adapted or decided here (or would defer) is not kept, or kept without its
+        decision, and its validating call adapts or decides it itself and says what went wrong."""
         while True:
             with self._lock:
                 if not self._pending:
                     return
-                obj, ctx, facts, workload = self._pending.popleft()
+                obj, ctx, facts, workload, ahead = self._pending.popleft()
             if workload is None:
                 try:
                     workload = build_workload(obj, ctx)
                 except Exception:  # InputError, Deferred: the validating call meets them itself
                     continue
-            if workload is not None:
-                key, size = self._key(obj, ctx.namespace, facts)
-                self._put(key, size, workload)
+            if workload is None:
+                continue
+            made = None
+            if ahead is not None:
+                try:
+                    made = ahead(workload, monotonic() + self.ahead_seconds)
+                except Exception:  # Deferred, or what the validating call will meet and report
+                    made = None
+            key, size = self._key(obj, ctx.namespace, facts)
+            self._put(key, size, _Entry(workload, size, made))
 
     def adapt(self, obj: dict[str, Any], ctx: AdaptContext, facts: bytes) -> Workload | None:
         """`obj`'s adaptation: the one kept for its content when there is one, else build_workload()."""
+        return self.take(obj, ctx, facts)[0]
+
+    def take(
+        self, obj: dict[str, Any], ctx: AdaptContext, facts: bytes
+    ) -> tuple[Workload | None, Ahead | None]:
+        """As adapt(), with the decision made ahead for the adaptation found (taken: the next
+        call that finds it gets None), or None."""
         if not self.enabled:
-            return build_workload(obj, ctx)
+            return build_workload(obj, ctx), None
         self.settle()
-        key, size = self._key(obj, ctx.namespace, facts)
+        key, _ = self._key(obj, ctx.namespace, facts)
         with self._lock:
             found = self._kept.get(key)
+            ahead = None
             if found is not None:
                 self._kept.move_to_end(key)
+                ahead, found.ahead = found.ahead, None
         if self._on_lookup is not None:
             self._on_lookup(found is not None)
         if found is None:
-            return build_workload(obj, ctx)
-        workload = found[0]
+            return build_workload(obj, ctx), None
+        workload = found.workload
         name = _workload_name(obj)
-        return workload if workload.name == name else dataclasses.replace(workload, name=name)
+        return (workload if workload.name == name else dataclasses.replace(workload, name=name)), ahead
 
-    def _put(self, key: Key, size: int, workload: Workload) -> None:
+    def _put(self, key: Key, size: int, entry: _Entry) -> None:
         if size * _LARGEST_SHARE > self.max_bytes:
             return
         with self._lock:
             old = self._kept.pop(key, None)
             if old is not None:
-                self.bytes -= old[1]
+                self.bytes -= old.size
             while self._kept and (self.bytes + size > self.max_bytes or len(self._kept) >= self.max_entries):
-                _, (_, dropped) = self._kept.popitem(last=False)
-                self.bytes -= dropped
-            self._kept[key] = (workload, size)
+                _, dropped = self._kept.popitem(last=False)
+                self.bytes -= dropped.size
+            self._kept[key] = entry
             self.bytes += size
 
     @staticmethod
