@@ -100,6 +100,18 @@ class Metrics:
             registry=r,
         )
         self._adaptation_children = {hit: self.adaptations.labels("hit" if hit else "miss") for hit in (1, 0)}
+        self.decided_ahead = Counter(
+            "trainguard_validations_decided_ahead",
+            "Validating calls of workloads by whether they were answered with the decision made ahead "
+            "while the API server applied their mutating call's patch (used) or decided when they came "
+            "(not-used: no mutating call before, an object changed between the calls, a policy that "
+            "reads what the API server sets between them, a reload, or no time to decide ahead).",
+            ["result"],
+            registry=r,
+        )
+        self._ahead_children = {
+            used: self.decided_ahead.labels("used" if used else "not-used") for used in (1, 0)
+        }
         self.engine_errors = Counter(
             "trainguard_engine_errors",
             "Unexpected exceptions inside the engine (policy evaluation errors are not counted here: "
@@ -268,6 +280,9 @@ class Metrics:
 
     def observe_adaptation(self, hit: bool) -> None:
         self._adaptation_children[hit].inc()
+
+    def observe_decided_ahead(self, used: bool) -> None:
+        self._ahead_children[used].inc()
 
     def observe_engine_error(self, endpoint: str) -> None:
         self.engine_errors.labels(endpoint).inc()

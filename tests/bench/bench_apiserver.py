@@ -407,6 +407,15 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
                 f"trainguard's validating calls, adaptation reused: {reused['hit']:.0f}, not: {reused['miss']:.0f}"
             )
             raw["raw_adaptations_reused"] = reused
+            # Whether they were answered with the decision made ahead for them (trees that make one)
+            ahead = {
+                result: _metric(tg.url, tg.ca, f'trainguard_validations_decided_ahead_total{{result="{result}"')
+                for result in ("used", "not-used")
+            }
+            print(
+                f"trainguard's validating calls, decided ahead: {ahead['used']:.0f}, not: {ahead['not-used']:.0f}"
+            )
+            raw["raw_decided_ahead"] = ahead
             if raw_only:
                 api_client.close()
                 return raw
