@@ -564,9 +564,11 @@ def test_an_error_while_reading_a_review_is_a_400_never_a_500(
 
 
 def _reusing_client(policies: PolicySet) -> tuple[TestClient, ServerState]:
-    """The app as `serve` wires it: one store of adaptations, counted on /metrics."""
+    """The app as `serve` wires it: one store of adaptations, counted on /metrics. The decision made
+    ahead may take an hour here, not the inline slice: these tests are about what is decided."""
     metrics = Metrics(sample_every=1)
-    state = ServerState(metrics=metrics, adaptations=Adaptations(on_lookup=metrics.observe_adaptation))
+    kept = Adaptations(on_lookup=metrics.observe_adaptation, ahead_seconds=3600.0)
+    state = ServerState(metrics=metrics, adaptations=kept)
     state.install(build_engine(policies, load_config(), adaptations=state.adaptations))
     return TestClient(create_app(state)), state
 
@@ -581,31 +583,45 @@ def _as_the_api_server_sends_it(obj: dict[str, Any], patch: str) -> dict[str, An
 
 
 def _reused(text: str) -> dict[str, float]:
+    return _counted(text, "trainguard_adaptations_reused_total", ("hit", "miss"))
+
+
+def _counted(text: str, counter: str, results: tuple[str, ...]) -> dict[str, float]:
     return {
         result: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        for result in ("hit", "miss")
-        if line.startswith(f'trainguard_adaptations_reused_total{{result="{result}"}}')
+        for result in results
+        if line.startswith(f'{counter}{{result="{result}"}}')
     }
 
 
 @pytest.mark.parametrize(
-    ("change", "reused"),
+    ("change", "reused", "ahead"),
     [
-        pytest.param(lambda obj: None, {"hit": 1.0, "miss": 0.0}, id="as-patched"),
+        pytest.param(
+            lambda obj: None, {"hit": 1.0, "miss": 0.0}, {"used": 1.0, "not-used": 0.0}, id="as-patched"
+        ),
         pytest.param(
             lambda obj: obj["metadata"]["labels"].update({"team": "b"}),
             {"hit": 0.0, "miss": 1.0},
+            {"used": 0.0, "not-used": 1.0},
             id="changed-by-another-webhook",
         ),
     ],
 )
 def test_the_validating_call_reuses_the_mutating_calls_adaptation_and_decides_the_same(
-    policies: PolicySet, client: TestClient, change: Any, reused: dict[str, float]
+    policies: PolicySet, client: TestClient, change: Any, reused: dict[str, float], ahead: dict[str, float]
 ) -> None:
     job = pytorchjob(replicas=2)
     del job["metadata"]["annotations"]  # its validation depends on what the mutation adds
     reusing, state = _reusing_client(policies)
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logs.JsonFormatter())
+    state.logger = logging.getLogger("test.trainguard.ahead")
+    state.logger.addHandler(handler)
+    state.logger.setLevel(logging.DEBUG)
+    state.logger.propagate = False
     with reusing:
         mutated = post(reusing, "/mutate", admission_review(job)).json()["response"]
         assert mutated["allowed"] and mutated["patch"]
@@ -614,6 +630,11 @@ def test_the_validating_call_reuses_the_mutating_calls_adaptation_and_decides_th
         arrived = _as_the_api_server_sends_it(job, mutated["patch"])
         change(arrived)
         answer = post(reusing, "/validate", admission_review(arrived)).json()
-        assert _reused(reusing.get("/metrics").text) == reused
+        scraped = reusing.get("/metrics").text
+        assert _reused(scraped) == reused
+        assert _counted(scraped, "trainguard_validations_decided_ahead_total", ("used", "not-used")) == ahead
+    state.logger.removeHandler(handler)
+    validating = [r for r in records(out) if r["endpoint"] == "validate"]
+    assert [r.get("decided_ahead", False) for r in validating] == [bool(ahead["used"])]
     # The same call to a server that keeps nothing
     assert answer == post(client, "/validate", admission_review(arrived)).json()

@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import corpus_files
 from tests.engine.test_adaptations import as_the_api_server_sends, generated_pod, job
 from webhook.config import load_config
+from webhook.context import context_objects
+from webhook.documents import read_manifests
 from webhook.engine import (
     Adaptations,
     AdmissionInput,
@@ -280,3 +283,24 @@ def test_a_decision_that_takes_too_long_ahead_is_made_by_its_call(policies: Poli
     decided, arrived = pair(engine(policies, store), job())
     assert not decided.made_ahead
     assert same(decided, alone(policies, arrived))
+
+
+@pytest.mark.skipif(not corpus_files(), reason="the shared corpus is not beside this checkout")
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, id=str(p.relative_to(p.parents[1]))) for p in corpus_files()]
+)
+def test_the_corpus_is_decided_ahead_as_its_calls_would_decide_it(path: Path, policies: PolicySet) -> None:
+    docs = read_manifests([str(path)])
+    runtimes, priority_classes = context_objects(d.data for d in docs)
+    facts: dict[str, Any] = {"runtimes": runtimes, "priority_classes": priority_classes}
+    decider = engine(policies, patient(), **facts)
+    for doc in docs:
+        mutating = decider.decide(AdmissionInput(object=doc.data, namespace="ml"), validate=False)
+        if mutating.skipped_reason is not None:
+            continue
+        assert mutating.mutated is not None
+        arrived = as_the_api_server_sends(mutating.mutated)
+        decided = decider.decide(AdmissionInput(object=arrived, namespace="ml"), mutate=False)
+        assert decided.made_ahead, doc.source
+        inp = AdmissionInput(object=copy.deepcopy(arrived), namespace="ml")
+        assert same(decided, engine(policies, **facts).decide(inp, mutate=False)), doc.source
