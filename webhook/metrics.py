@@ -51,7 +51,9 @@ class Metrics:
         # Gauges computed at scrape time cannot live in the shared files: a registry of their own.
         self._local = CollectorRegistry(auto_describe=True) if self.multiprocess_dir else self.registry
         self.sample_every = sample_every
-        self._sample_countdown = sample_every
+        # One countdown per endpoint: with one for both, the pairs of calls the API server makes
+        # (/mutate, then /validate) would put every sample on the same endpoint when N is even.
+        self._sample_countdown: dict[str, int] = {}
         r = self.registry
         self.requests = Counter(
             "trainguard_admission_requests",
@@ -294,12 +296,13 @@ class Metrics:
         self.in_flight.set_function(busy)
         self.queued.set_function(waiting)
 
-    def sample(self) -> bool:
-        """True once every `sample_every` calls: time this request's policies."""
-        self._sample_countdown -= 1
-        if self._sample_countdown:
+    def sample(self, endpoint: str) -> bool:
+        """True once every `sample_every` calls to `endpoint`: time this request's policies."""
+        left = self._sample_countdown.get(endpoint, self.sample_every) - 1
+        if left:
+            self._sample_countdown[endpoint] = left
             return False
-        self._sample_countdown = self.sample_every
+        self._sample_countdown[endpoint] = self.sample_every
         return True
 
     def observe_policies(self, timings: Mapping[str, float]) -> None:

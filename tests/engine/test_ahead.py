@@ -304,3 +304,17 @@ def test_the_corpus_is_decided_ahead_as_its_calls_would_decide_it(path: Path, po
         assert decided.made_ahead, doc.source
         inp = AdmissionInput(object=copy.deepcopy(arrived), namespace="ml")
         assert same(decided, engine(policies, **facts).decide(inp, mutate=False)), doc.source
+
+
+def test_a_call_that_times_its_policies_evaluates_them(policies: PolicySet) -> None:
+    """The server times 1 in N calls' policies (their metric): such a call does not take the
+    decision made ahead, whose policies were not timed."""
+    decider = engine(policies, patient())
+    mutating = decider.decide(AdmissionInput(object=job(), namespace="ml"), validate=False)
+    assert mutating.mutated is not None
+    arrived = as_the_api_server_sends(mutating.mutated)
+    timings: dict[str, float] = {}
+    decided = decider.decide(AdmissionInput(object=arrived, namespace="ml"), mutate=False, timings=timings)
+    assert not decided.made_ahead
+    assert "gang-required" in timings
+    assert same(decided, alone(policies, arrived))

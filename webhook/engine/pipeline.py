@@ -151,7 +151,13 @@ class Engine:
         workload, ahead = self._adapt(obj, ctx, None if mutate else kept)
         if workload is None:
             return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
-        if ahead is not None and (made := self._use_ahead(ahead, inp, namespace, workload, now)):
+        # A call that times its policies (`timings`) evaluates them, rather than take a decision
+        # made ahead untimed: the metric of each policy's time is sampled on validating calls too.
+        if (
+            ahead is not None
+            and timings is None
+            and (made := self._use_ahead(ahead, inp, namespace, workload, now))
+        ):
             return made
         old_workload = self._adapt_old(inp, ctx)
         request = _request(inp, namespace, meta)

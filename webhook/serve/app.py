@@ -300,7 +300,7 @@ async def _admit(
         except admission_review.ReviewError as exc:
             return _reject(state, endpoint, _Rejected(400, "malformed", exc.describe()), start)
         inline = len(body) <= state.inline_body_bytes and engine.steps_bounded
-        timings: dict[str, float] | None = {} if state.metrics.sample() else None
+        timings: dict[str, float] | None = {} if state.metrics.sample(endpoint.name) else None
         try:
             if inline:
                 # Most admissions: decided here, within a slice (state.inline_slice, and the
