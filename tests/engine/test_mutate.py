@@ -218,3 +218,107 @@ def test_upsert_finds_the_item_by_key(env: list[Any], expected_ops: list[Any]) -
     mutated, ops = apply_edits(obj, [edit])
     assert ops == expected_ops
     assert jsonpatch.apply_patch(copy.deepcopy(obj), ops) == mutated
+
+
+# Keys holding "/" and "~" are spelled escaped in the ops' paths (RFC 6901), whichever op writes them.
+ESCAPED: dict[str, Any] = {
+    "metadata": {"labels": {"a/b": "1", "c~d": "2"}, "annotations": {"x/y": "z"}},
+    "spec": {"pools": {"gpu/a100": {"env": [{"name": "A", "value": "1"}]}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected_ops"),
+    [
+        pytest.param(
+            {"op": "merge", "path": "/metadata/labels", "value": {"a/b": "9", "e~f/g": "3"}},
+            [
+                {"op": "add", "path": "/metadata/labels/a~1b", "value": "9"},
+                {"op": "add", "path": "/metadata/labels/e~0f~1g", "value": "3"},
+            ],
+            id="merge-escapes-each-key",
+        ),
+        pytest.param(
+            {"op": "set", "path": "/metadata/labels/c~0d", "value": "5"},
+            [{"op": "add", "path": "/metadata/labels/c~0d", "value": "5"}],
+            id="set-on-an-escaped-tilde",
+        ),
+        pytest.param(
+            {"op": "remove", "path": "/metadata/annotations/x~1y"},
+            [{"op": "remove", "path": "/metadata/annotations/x~1y"}],
+            id="remove-an-escaped-slash",
+        ),
+        pytest.param(
+            {
+                "op": "upsert",
+                "path": "/spec/pools/gpu~1a100/env",
+                "key": "name",
+                "value": {"name": "A", "value": "2"},
+            },
+            [{"op": "replace", "path": "/spec/pools/gpu~1a100/env/0", "value": {"name": "A", "value": "2"}}],
+            id="upsert-replaces-below-an-escaped-key",
+        ),
+        pytest.param(
+            {
+                "op": "upsert",
+                "path": "/spec/pools/gpu~1a100/env",
+                "key": "name",
+                "value": {"name": "B", "value": "2"},
+            },
+            [{"op": "add", "path": "/spec/pools/gpu~1a100/env/-", "value": {"name": "B", "value": "2"}}],
+            id="upsert-appends-below-an-escaped-key",
+        ),
+        pytest.param(
+            {"op": "append", "path": "/spec/pools/gpu~1a100/tolerations", "value": {"key": "k"}},
+            [{"op": "add", "path": "/spec/pools/gpu~1a100/tolerations", "value": [{"key": "k"}]}],
+            id="append-creates-a-list-below-an-escaped-key",
+        ),
+        pytest.param(
+            {"op": "set", "path": "/spec/pools/tpu~1v5/nodeSelector/pool", "value": "x"},
+            [{"op": "add", "path": "/spec/pools/tpu~1v5", "value": {"nodeSelector": {"pool": "x"}}}],
+            id="set-builds-parents-below-an-escaped-key",
+        ),
+    ],
+)
+def test_escaped_paths_are_spelled_escaped_in_the_ops(edit: dict[str, Any], expected_ops: list[Any]) -> None:
+    original = copy.deepcopy(ESCAPED)
+    mutated, ops = apply_edits(ESCAPED, [edit])
+    assert ops == expected_ops
+    assert original == ESCAPED, "the incoming object must never change"
+    assert jsonpatch.apply_patch(original, ops) == mutated
+    assert apply_edits(mutated, [edit])[1] == []
+
+
+TWO_CONTAINERS: dict[str, Any] = {
+    "metadata": {"labels": {"app": "train"}},
+    "spec": {
+        "containers": [
+            {"name": "trainer", "env": [{"name": f"V{i}", "value": str(i)} for i in range(40)]},
+            {"name": "sidecar"},
+        ],
+        "volumes": [{"name": "data"}],
+    },
+}
+CHECKPOINT = [
+    {"op": "upsert", "path": f"/spec/containers/{c}/env", "key": "name", "value": {"name": n, "value": v}}
+    for c in (0, 1)
+    for n, v in (("CKPT_URI", "s3://b/run"), ("V3", "changed"), ("CKPT_SECONDS", "1800"))
+] + [{"op": "merge", "path": "/metadata/labels", "value": {"trainguard.dev/class": "B", "app": "train"}}]
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        pytest.param(CHECKPOINT, id="in-order"),
+        pytest.param(list(reversed(CHECKPOINT)), id="reversed"),
+        pytest.param(CHECKPOINT + CHECKPOINT, id="each-edit-twice"),
+    ],
+)
+def test_many_edits_copy_only_what_they_write(edits: list[dict[str, Any]]) -> None:
+    original = copy.deepcopy(TWO_CONTAINERS)
+    mutated, ops = apply_edits(TWO_CONTAINERS, edits)
+    assert original == TWO_CONTAINERS, "the incoming object must never change"
+    assert jsonpatch.apply_patch(original, ops) == mutated
+    assert len(ops) == 7, ops  # 2 new variables and 1 changed one per container, 1 new label
+    assert mutated["spec"]["volumes"] is TWO_CONTAINERS["spec"]["volumes"], "an untouched subtree is shared"
+    assert apply_edits(mutated, edits)[1] == [], "a second pass changes nothing"
