@@ -51,19 +51,21 @@ def to_pointer(tokens: list[str]) -> str:
 def flatten_edits(value: Any, out: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A mutation's result as a flat list of edits; nested lists (from map()) are flattened."""
     out = [] if out is None else out
-    if value is None:
-        return out
-    if isinstance(value, list):
-        for item in value:
+    # An edit is checked in the loop over its list, not in a call of its own: a mutation's value
+    # is a list of edits, and a call per edit was a fifth of applying it.
+    for item in value if isinstance(value, list) else (value,):
+        if item is None:
+            continue
+        if isinstance(item, list):
             flatten_edits(item, out)
-        return out
-    if (
-        not isinstance(value, dict)
-        or value.get("op") not in EDIT_OPS
-        or not isinstance(value.get("path"), str)
-    ):
-        raise EditError(f"not an edit (need op in {', '.join(EDIT_OPS)} and a string path): {value!r}")
-    out.append(value)
+            continue
+        if (
+            not isinstance(item, dict)
+            or item.get("op") not in EDIT_OPS
+            or not isinstance(item.get("path"), str)
+        ):
+            raise EditError(f"not an edit (need op in {', '.join(EDIT_OPS)} and a string path): {item!r}")
+        out.append(item)
     return out
 
 
@@ -104,17 +106,17 @@ class Patcher:
     # -- writing (copy-on-write along the path)
     def _writable(self, tokens: list[str]) -> Any:
         """The container at `tokens`, copied (with its ancestors) so it may be changed in place."""
-        if id(self.doc) not in self._owned:
-            self.doc = dict(self.doc)
-            self._owned.add(id(self.doc))
+        owned = self._owned
         node: Any = self.doc
+        if id(node) not in owned:
+            node = self.doc = dict(node)
+            owned.add(id(node))
         for t in tokens:
             key: Any = int(t) if isinstance(node, list) else t
             child = node[key]
-            if id(child) not in self._owned:
-                child = dict(child) if isinstance(child, dict) else list(child)
-                node[key] = child
-                self._owned.add(id(child))
+            if id(child) not in owned:
+                child = node[key] = dict(child) if isinstance(child, dict) else list(child)
+                owned.add(id(child))
             node = child
         return node
 
