@@ -247,17 +247,21 @@ def _first(items: list[Any], key: str, wanted: Any) -> int | None:
     """The index of the first map in `items` whose `key` equals `wanted`, None if there is none.
 
     An upsert scans a whole env list (tens of entries) for every variable it sets: the scan runs
-    in C (dict.get over the list, list.index) unless an item is not a map, then item by item.
+    in C (dict.get over the list, `in`, list.index) unless an item is not a map, then item by item.
     """
     try:
-        i = list(map(dict.get, items, repeat(key))).index(wanted)
-    except ValueError:
-        return None
+        keys = list(map(dict.get, items, repeat(key)))
     except TypeError:  # an item that is not a map
-        i = -1
-    # list.index takes identity for equality (a NaN value): the found item is checked again
-    if i >= 0 and items[i].get(key) == wanted:
-        return i
+        keys = None
+    if keys is not None:
+        # `in` first: an upsert mostly adds a variable, and index() of a missing one raises a
+        # ValueError, whose message (the value's repr) costs more than the scan.
+        if wanted not in keys:
+            return None
+        i = keys.index(wanted)
+        # `in` and index() take identity for equality (a NaN value): the found item is checked again
+        if items[i].get(key) == wanted:
+            return i
     matches = (i for i, item in enumerate(items) if isinstance(item, dict) and item.get(key) == wanted)
     return next(matches, None)
 
