@@ -226,6 +226,13 @@ ESCAPED: dict[str, Any] = {
     "spec": {"pools": {"gpu/a100": {"env": [{"name": "A", "value": "1"}]}}},
 }
 
+POOL_ENV = "/spec/pools/gpu~1a100/env"
+
+
+def upsert_env(path: str, name: str, value: str) -> dict[str, Any]:
+    """The edit that makes the env list at `path` hold the variable `name` with `value`."""
+    return {"op": "upsert", "path": path, "key": "name", "value": {"name": name, "value": value}}
+
 
 @pytest.mark.parametrize(
     ("edit", "expected_ops"),
@@ -249,23 +256,13 @@ ESCAPED: dict[str, Any] = {
             id="remove-an-escaped-slash",
         ),
         pytest.param(
-            {
-                "op": "upsert",
-                "path": "/spec/pools/gpu~1a100/env",
-                "key": "name",
-                "value": {"name": "A", "value": "2"},
-            },
-            [{"op": "replace", "path": "/spec/pools/gpu~1a100/env/0", "value": {"name": "A", "value": "2"}}],
+            upsert_env(POOL_ENV, "A", "2"),
+            [{"op": "replace", "path": f"{POOL_ENV}/0", "value": {"name": "A", "value": "2"}}],
             id="upsert-replaces-below-an-escaped-key",
         ),
         pytest.param(
-            {
-                "op": "upsert",
-                "path": "/spec/pools/gpu~1a100/env",
-                "key": "name",
-                "value": {"name": "B", "value": "2"},
-            },
-            [{"op": "add", "path": "/spec/pools/gpu~1a100/env/-", "value": {"name": "B", "value": "2"}}],
+            upsert_env(POOL_ENV, "B", "2"),
+            [{"op": "add", "path": f"{POOL_ENV}/-", "value": {"name": "B", "value": "2"}}],
             id="upsert-appends-below-an-escaped-key",
         ),
         pytest.param(
@@ -300,7 +297,7 @@ TWO_CONTAINERS: dict[str, Any] = {
     },
 }
 CHECKPOINT = [
-    {"op": "upsert", "path": f"/spec/containers/{c}/env", "key": "name", "value": {"name": n, "value": v}}
+    upsert_env(f"/spec/containers/{c}/env", n, v)
     for c in (0, 1)
     for n, v in (("CKPT_URI", "s3://b/run"), ("V3", "changed"), ("CKPT_SECONDS", "1800"))
 ] + [{"op": "merge", "path": "/metadata/labels", "value": {"trainguard.dev/class": "B", "app": "train"}}]
