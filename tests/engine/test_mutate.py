@@ -8,7 +8,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.engine.mutate import EditError, apply_edits, flatten_edits
+from webhook.engine.mutate import EditError, Patcher, apply_edits, flatten_edits
 
 POD_TEMPLATE: dict[str, Any] = {
     "metadata": {"name": "job"},
@@ -186,6 +186,28 @@ def test_nested_lists_from_map_are_flattened() -> None:
     assert [e["path"] for e in edits] == ["/a", "/b"]
 
 
+@pytest.mark.parametrize(
+    ("path", "message"),
+    [
+        pytest.param(
+            "/spec/containers/5/name", "/spec/containers/5: no such list element", id="past-the-end"
+        ),
+        pytest.param("/spec/containers/-/name", "/spec/containers/-: no such list element", id="dash"),
+        pytest.param(
+            "/spec/containers/x/name", "/spec/containers/x: no such list element", id="not-an-index"
+        ),
+        pytest.param(
+            "/spec/containers/1/env/0/value", "/spec/containers/1: no such list element", id="null-element"
+        ),
+    ],
+)
+def test_writing_below_a_missing_list_element_is_an_error(path: str, message: str) -> None:
+    obj = {"spec": {"containers": [{"name": "a"}, None]}}
+    with pytest.raises(EditError, match=message):
+        apply_edits(obj, [{"op": "set", "path": path, "value": "x"}])
+    assert obj == {"spec": {"containers": [{"name": "a"}, None]}}
+
+
 def test_writing_below_a_scalar_is_an_error() -> None:
     with pytest.raises(EditError, match="not an object"):
         apply_edits({"metadata": "x"}, [{"op": "set", "path": "/metadata/labels/a", "value": "b"}])
@@ -319,3 +341,34 @@ def test_many_edits_copy_only_what_they_write(edits: list[dict[str, Any]]) -> No
     assert len(ops) == 7, ops  # 2 new variables and 1 changed one per container, 1 new label
     assert mutated["spec"]["volumes"] is TWO_CONTAINERS["spec"]["volumes"], "an untouched subtree is shared"
     assert apply_edits(mutated, edits)[1] == [], "a second pass changes nothing"
+
+
+@pytest.mark.parametrize(
+    "failing",
+    [
+        pytest.param({"op": "set", "path": "/metadata/labels/app/x", "value": "1"}, id="below-a-string"),
+        pytest.param(
+            {"op": "set", "path": "/spec/containers/5/name", "value": "x"}, id="no-such-list-element"
+        ),
+        pytest.param({"op": "append", "path": "/metadata/labels", "value": "x"}, id="append-to-a-map"),
+        pytest.param(
+            {"op": "upsert", "path": "/spec/containers/0/env", "value": {"x": 1}}, id="upsert-without-key"
+        ),
+    ],
+)
+def test_rollback_restores_the_checkpoint_and_leaves_what_it_shared_alone(failing: dict[str, Any]) -> None:
+    original = copy.deepcopy(TWO_CONTAINERS)
+    patcher = Patcher(TWO_CONTAINERS)
+    for edit in CHECKPOINT[:3]:  # the first policy: container 0's variables
+        patcher.apply(edit)
+    first_doc, first_ops = copy.deepcopy(patcher.doc), list(patcher.ops)
+    state = patcher.checkpoint()
+    patcher.apply(CHECKPOINT[-1])  # the second policy writes a label, then fails
+    patcher.apply(CHECKPOINT[3])
+    with pytest.raises(EditError):
+        patcher.apply(failing)
+    patcher.rollback(state)
+    assert patcher.doc == first_doc and patcher.ops == first_ops
+    assert original == TWO_CONTAINERS, "the incoming object must never change"
+    patcher.apply(CHECKPOINT[3])  # writes after a rollback copy again: the checkpoint stays intact
+    assert state[0] == first_doc

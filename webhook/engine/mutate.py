@@ -136,6 +136,8 @@ class Patcher:
             node = nxt
             depth += 1
         if depth < len(tokens) - 1:
+            if isinstance(node, list):  # missing parents are made as maps; a list grows by append only
+                raise EditError(f"{to_pointer(tokens[: depth + 1])}: no such list element to write below")
             nested: Any = value
             for t in reversed(tokens[depth + 1 :]):
                 nested = {t: nested}
