@@ -51,8 +51,8 @@ def to_pointer(tokens: list[str]) -> str:
 def flatten_edits(value: Any, out: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A mutation's result as a flat list of edits; nested lists (from map()) are flattened."""
     out = [] if out is None else out
-    # An edit is checked in the loop over its list, not in a call of its own: a mutation's value
-    # is a list of edits, and a call per edit was a fifth of applying it.
+    # An edit is checked in the loop over its list rather than in a call of its own: this runs for
+    # every edit of every mutating call.
     for item in value if isinstance(value, list) else (value,):
         if item is None:
             continue
