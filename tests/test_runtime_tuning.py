@@ -56,24 +56,19 @@ def _glibc() -> bool:
     return True
 
 
+PLACEMENTS = {  # id: (allocator settings, buffer size, where the first and the second one come from)
+    "as-serve-sets-it-a-3MiB-buffer-is-mmapped-each-time": (
+        "bounded",
+        REVIEW_AT_THE_LIMIT,
+        "mmapped mmapped",
+    ),
+    "glibc-default-moves-the-second-into-the-heap": ("default", REVIEW_AT_THE_LIMIT, "mmapped heap"),
+    "as-serve-sets-it-a-TLS-read-buffer-is-never-mmapped": ("bounded", TLS_READ, "heap heap"),
+}
+
+
 @pytest.mark.skipif(not _glibc(), reason="glibc's allocator only (mallopt, mallinfo2)")
-@pytest.mark.parametrize(
-    ("mode", "size", "where"),
-    [
-        pytest.param(
-            "bounded",
-            REVIEW_AT_THE_LIMIT,
-            "mmapped mmapped",
-            id="as-serve-sets-it-a-3MiB-buffer-is-mmapped-each-time",
-        ),
-        pytest.param(
-            "default", REVIEW_AT_THE_LIMIT, "mmapped heap", id="glibc-default-moves-the-second-into-the-heap"
-        ),
-        pytest.param(
-            "bounded", TLS_READ, "heap heap", id="as-serve-sets-it-a-TLS-read-buffer-is-never-mmapped"
-        ),
-    ],
-)
+@pytest.mark.parametrize(("mode", "size", "where"), list(PLACEMENTS.values()), ids=list(PLACEMENTS))
 def test_large_buffers_are_mapped_and_tls_read_buffers_are_not(mode: str, size: int, where: str) -> None:
     out = subprocess.run(
         [sys.executable, "-c", PROBE, mode, str(size)],

@@ -153,6 +153,15 @@ def trickle_and_read(tls: ssl.SSLSocket, data: bytes, every: float, limit: float
     return received, False
 
 
+def send_and_read(tls: ssl.SSLSocket, sent: bytes, trickled: bytes | None) -> tuple[bytes, bool]:
+    """Send `sent`, then trickle `trickled` a byte every 50 ms while reading: what the server sent
+    within WAIT seconds, and whether it closed the connection."""
+    tls.sendall(sent)
+    if trickled is not None:
+        return trickle_and_read(tls, trickled, 0.05, WAIT)
+    return read_until_closed(tls, WAIT)
+
+
 SLOW_CLIENTS = [
     pytest.param(b"", None, "request headers not received", id="connects-and-says-nothing"),
     pytest.param(
@@ -176,11 +185,7 @@ def test_a_slow_or_silent_client_gets_408_and_is_closed(
 ) -> None:
     settings = settings_for(files, header_timeout=0.5, body_timeout=0.5)
     with running(settings) as server, tls_socket(server, files) as tls:
-        tls.sendall(sent)
-        if trickled is not None:
-            data, closed = trickle_and_read(tls, trickled, 0.05, WAIT)
-        else:
-            data, closed = read_until_closed(tls, WAIT)
+        data, closed = send_and_read(tls, sent, trickled)
         assert closed, "the server kept the connection open"
         assert data.startswith(b"HTTP/1.1 408 "), data[:200]
         assert message.encode() in data
@@ -227,12 +232,8 @@ def test_a_slow_request_after_answered_ones_is_cut_off(
         for _ in range(answered):
             tls.sendall(post_bytes(REVIEW))
             assert read_response(tls).startswith(b"HTTP/1.1 200 ")
-        tls.sendall(sent)
         # WAIT is far below the longer header timeout: only the body's own timeout ends it in time.
-        if trickled is not None:
-            data, closed = trickle_and_read(tls, trickled, 0.05, WAIT)
-        else:
-            data, closed = read_until_closed(tls, WAIT)
+        data, closed = send_and_read(tls, sent, trickled)
         assert closed, "the server kept the connection open"
         assert data.startswith(answer) and (answer or not data), data[:200]
         if answer:
