@@ -215,16 +215,23 @@ def _check_depth(review: Any, body: bytes) -> None:
 
 
 def _encoder_depth_limit() -> int:
-    """How deep orjson.dumps encodes containers (254 in orjson 3), or 0 when it encodes past the
-    interpreter's recursion limit or refuses MAX_DEPTH (then every body's text is read instead)."""
-    value: list[Any] = []
-    for depth in range(1, 1001):
-        try:
-            orjson.dumps(value)
-        except orjson.JSONEncodeError:
-            return depth - 1 if depth - 1 > MAX_DEPTH else 0
-        value = [value]
-    return 0
+    """How deep orjson.dumps encodes containers (254 in orjson 3, lists and maps alike), or 0 when
+    lists and maps differ, or it encodes past 1,000 levels or refuses MAX_DEPTH (then every body's
+    text is read instead)."""
+    limits = set()
+    for wrap in (lambda v: [v], lambda v: {"": v}):
+        value: Any = wrap(None)
+        for depth in range(1, 1001):
+            try:
+                orjson.dumps(value)
+            except orjson.JSONEncodeError:
+                limits.add(depth - 1)
+                break
+            value = wrap(value)
+        else:
+            return 0
+    limit = limits.pop()
+    return limit if not limits and limit > MAX_DEPTH else 0
 
 
 # orjson refuses to encode containers nested past a fixed limit: encoding the decoded review
