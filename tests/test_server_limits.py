@@ -155,6 +155,15 @@ def trickle_and_read(tls: ssl.SSLSocket, data: bytes, every: float, limit: float
     return received, False
 
 
+def send_and_read(tls: ssl.SSLSocket, sent: bytes, trickled: bytes | None) -> tuple[bytes, bool]:
+    """Send `sent`, then trickle `trickled` a byte every 50 ms while reading: what the server sent
+    within WAIT seconds, and whether it closed the connection."""
+    tls.sendall(sent)
+    if trickled is not None:
+        return trickle_and_read(tls, trickled, 0.05, WAIT)
+    return read_until_closed(tls, WAIT)
+
+
 SLOW_CLIENTS = [
     pytest.param(b"", None, "request headers not received", id="connects-and-says-nothing"),
     pytest.param(
@@ -178,17 +187,59 @@ def test_a_slow_or_silent_client_gets_408_and_is_closed(
 ) -> None:
     settings = settings_for(files, header_timeout=0.5, body_timeout=0.5)
     with running(settings) as server, tls_socket(server, files) as tls:
-        tls.sendall(sent)
-        if trickled is not None:
-            data, closed = trickle_and_read(tls, trickled, 0.05, WAIT)
-        else:
-            data, closed = read_until_closed(tls, WAIT)
+        data, closed = send_and_read(tls, sent, trickled)
         assert closed, "the server kept the connection open"
         assert data.startswith(b"HTTP/1.1 408 "), data[:200]
         assert message.encode() in data
         # The server itself is unharmed.
         with httpx.Client(verify=client_context(files)) as client:
             assert client.get(url(server, "/healthz")).status_code == 200
+
+
+# After answered requests on the same connection (whose timeouts were set and moved on), a slow
+# request is still cut off by its own timeout; a body timeout far shorter than the header timeout
+# is kept, though the connection's timer was last set for the later header deadline. Headers
+# trickled after an answered request are cut off by closing only: the connection's last response
+# has been written, and a second status line could follow a response still on its way.
+_TRICKLED = b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 200
+_WITHHELD = post_bytes(REVIEW)[:-1]
+KEPT_ALIVE_THEN_SLOW = [
+    pytest.param(1, b"", _TRICKLED, (0.5, 0.5), b"", id="one-answered-then-headers-a-byte-at-a-time"),
+    pytest.param(20, b"", _TRICKLED, (0.5, 0.5), b"", id="twenty-answered-then-headers-a-byte-at-a-time"),
+    pytest.param(
+        1, _WITHHELD, None, (0.5, 0.5), b"HTTP/1.1 408 ", id="one-answered-then-body-without-its-last-byte"
+    ),
+    pytest.param(
+        20, _WITHHELD, None, (60.0, 0.5), b"HTTP/1.1 408 ",
+        id="twenty-answered-then-body-withheld-header-timeout-far-longer",
+    ),
+    pytest.param(
+        0, _WITHHELD, None, (60.0, 0.5), b"HTTP/1.1 408 ", id="first-body-withheld-header-timeout-far-longer"
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("answered", "sent", "trickled", "timeouts", "answer"), KEPT_ALIVE_THEN_SLOW)
+def test_a_slow_request_after_answered_ones_is_cut_off(
+    files: Path,
+    answered: int,
+    sent: bytes,
+    trickled: bytes | None,
+    timeouts: tuple[float, float],
+    answer: bytes,
+) -> None:
+    header_timeout, body_timeout = timeouts
+    settings = settings_for(files, header_timeout=header_timeout, body_timeout=body_timeout)
+    with running(settings) as server, tls_socket(server, files) as tls:
+        for _ in range(answered):
+            tls.sendall(post_bytes(REVIEW))
+            assert read_response(tls).startswith(b"HTTP/1.1 200 ")
+        # WAIT is far below the longer header timeout: only the body's own timeout ends it in time.
+        data, closed = send_and_read(tls, sent, trickled)
+        assert closed, "the server kept the connection open"
+        assert data.startswith(answer) and (answer or not data), data[:200]
+        if answer:
+            assert b"request body not received within 0.5 s" in data
 
 
 def test_a_client_that_never_starts_the_tls_handshake_is_disconnected(files: Path) -> None:
