@@ -318,3 +318,23 @@ def test_a_call_that_times_its_policies_evaluates_them(policies: PolicySet) -> N
     assert not decided.made_ahead
     assert "gang-required" in timings
     assert same(decided, alone(policies, arrived))
+
+
+def test_pods_of_one_template_created_at_once_each_find_their_decision(policies: PolicySet) -> None:
+    """A Job's pods are one object until the API server names them: their mutating calls come
+    before their validating calls, which each take a decision made for their own request."""
+    decider = engine(policies, patient())
+    users = ["alice", "bob", "alice"]
+    arrived = []
+    for seed, user in enumerate(users):
+        inp = AdmissionInput(object=generated_pod(), namespace="ml", user_info={"username": user})
+        mutating = decider.decide(inp, validate=False)
+        assert mutating.mutated is not None
+        arrived.append(as_the_api_server_sends(mutating.mutated, seed))
+    for obj, user in reversed(list(zip(arrived, users, strict=True))):
+        inp = AdmissionInput(object=obj, namespace="ml", user_info={"username": user})
+        decided = decider.decide(inp, mutate=False)
+        assert decided.made_ahead, user
+        assert decided.workload is not None and decided.workload.name == obj["metadata"]["name"]
+    once_more = AdmissionInput(object=arrived[0], namespace="ml", user_info={"username": "alice"})
+    assert not decider.decide(once_more, mutate=False).made_ahead

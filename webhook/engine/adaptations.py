@@ -20,8 +20,10 @@ The key also holds the namespace the object is adapted in and a digest of everyt
 adaptation reads (the platform config, the TrainingRuntimes and PriorityClasses known): engines
 rebuilt on other facts share one store without sharing answers.
 
-Beside an adaptation, the store keeps the validating decision made ahead for it (ahead.py), when
-the mutating call asked for one: handed out once, to the first call that finds the adaptation.
+Beside an adaptation, the store keeps the validating decisions made ahead for it (ahead.py), one
+per mutating call that asked for one: each handed out once, to a call for the same request that
+finds the adaptation. Pods created at once from one template (a Job's, a JobSet's) are the same
+object, so several mutating calls leave theirs under one key before their validating calls come.
 
 Bounded by bytes (the canonical JSON text of the objects kept, a measure of their adapted size)
 and by entries; the least recently used go first. Thread-safe: the server decides on its event
@@ -55,6 +57,8 @@ _GENERATED_PREFIX_LENGTH = 58
 _LARGEST_SHARE = 4
 # Mutating calls whose adaptation waits for settle() at most; more are dropped (never filed).
 _PENDING_KEPT = 64
+# Decisions made ahead kept for one object at most (a worker decides 8 admissions at once)
+_AHEADS_KEPT = 16
 
 Key = tuple[str | None, bytes, bytes]
 # Decides the adapted object as its validating call would (ahead.py), giving up (Deferred) at the
@@ -66,7 +70,7 @@ AheadMaker = Callable[[Workload, float], Ahead]
 class _Entry:
     workload: Workload
     size: int
-    ahead: Ahead | None  # taken by the first call that finds the entry
+    aheads: list[Ahead]  # each taken by one call that finds the entry, oldest first
 
 
 class Adaptations:
@@ -147,17 +151,17 @@ class Adaptations:
                 except Exception:  # Deferred, or what the validating call will meet and report
                     made = None
             key, size = self._key(obj, ctx.namespace, facts)
-            self._put(key, size, _Entry(workload, size, made))
+            self._put(key, size, workload, made)
 
     def adapt(self, obj: dict[str, Any], ctx: AdaptContext, facts: bytes) -> Workload | None:
         """`obj`'s adaptation: the one kept for its content when there is one, else build_workload()."""
         return self.take(obj, ctx, facts)[0]
 
     def take(
-        self, obj: dict[str, Any], ctx: AdaptContext, facts: bytes
+        self, obj: dict[str, Any], ctx: AdaptContext, facts: bytes, request: tuple[Any, ...] | None = None
     ) -> tuple[Workload | None, Ahead | None]:
-        """As adapt(), with the decision made ahead for the adaptation found (taken: the next
-        call that finds it gets None), or None."""
+        """As adapt(), with a decision made ahead for the adaptation found, for `request`
+        (ahead.request_key()), taken: no other call gets it. None when there is none."""
         if not self.enabled:
             return build_workload(obj, ctx), None
         self.settle()
@@ -167,7 +171,7 @@ class Adaptations:
             ahead = None
             if found is not None:
                 self._kept.move_to_end(key)
-                ahead, found.ahead = found.ahead, None
+                ahead = _taken(found.aheads, request)
         if self._on_lookup is not None:
             self._on_lookup(found is not None)
         if found is None:
@@ -176,23 +180,36 @@ class Adaptations:
         name = _workload_name(obj)
         return (workload if workload.name == name else dataclasses.replace(workload, name=name)), ahead
 
-    def _put(self, key: Key, size: int, entry: _Entry) -> None:
+    def _put(self, key: Key, size: int, workload: Workload, ahead: Ahead | None) -> None:
         if size * _LARGEST_SHARE > self.max_bytes:
             return
         with self._lock:
             old = self._kept.pop(key, None)
+            aheads = []
             if old is not None:
                 self.bytes -= old.size
+                aheads = old.aheads
+            if ahead is not None:
+                aheads.append(ahead)
+                del aheads[:-_AHEADS_KEPT]  # the oldest go first
             while self._kept and (self.bytes + size > self.max_bytes or len(self._kept) >= self.max_entries):
                 _, dropped = self._kept.popitem(last=False)
                 self.bytes -= dropped.size
-            self._kept[key] = entry
+            self._kept[key] = _Entry(workload, size, aheads)
             self.bytes += size
 
     @staticmethod
     def _key(obj: dict[str, Any], namespace: str | None, facts: bytes) -> tuple[Key, int]:
         text = orjson.dumps(_as_adapted(obj), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
         return (namespace, facts, hashlib.blake2b(text, digest_size=32).digest()), len(text)
+
+
+def _taken(aheads: list[Ahead], request: tuple[Any, ...] | None) -> Ahead | None:
+    """The oldest of `aheads` made for `request` (any, for None), removed from the list."""
+    for i, ahead in enumerate(aheads):
+        if request is None or ahead.request == request:
+            return aheads.pop(i)
+    return None
 
 
 def facts_digest(

@@ -148,7 +148,7 @@ class Engine:
         ctx = self._adapt_context(inp, namespace, mutate=mutate, validate=validate)
         # A call that brings its own runtimes neither leaves nor finds adaptations.
         kept = self._adaptations if not inp.runtimes else None
-        workload, ahead = self._adapt(obj, ctx, None if mutate else kept)
+        workload, ahead = self._adapt(obj, ctx, None if mutate else kept, inp, namespace)
         if workload is None:
             return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
         # A call that times its policies (`timings`) evaluates them, rather than take a decision
@@ -197,13 +197,19 @@ class Engine:
         )
 
     def _adapt(
-        self, obj: dict[str, Any], ctx: AdaptContext, kept: Adaptations | None
+        self,
+        obj: dict[str, Any],
+        ctx: AdaptContext,
+        kept: Adaptations | None,
+        inp: AdmissionInput,
+        namespace: str | None,
     ) -> tuple[Workload | None, Ahead | None]:
-        """The object's workload (None when it is not one trainguard decides), and the decision
-        made ahead for it. `kept`: the store a validating call (validate without mutate) takes
-        what its mutating call left from."""
+        """The object's workload (None when it is not one trainguard decides), and a decision
+        made ahead for it and this request. `kept`: the store a validating call (validate
+        without mutate) takes what its mutating call left from."""
         if kept is not None:
-            return kept.take(obj, ctx, self._facts)
+            request = request_key(inp.operation, namespace, inp.user_info, inp.dry_run)
+            return kept.take(obj, ctx, self._facts, request)
         return build_workload(obj, ctx), None
 
     def _use_ahead(
