@@ -56,6 +56,7 @@ def conditions(
         pytest.param({"object": {"metadata": {"creationTimestamp": {}}}}, False, id="creation-time"),
         pytest.param({"object": {"metadata": {"generation": {}}}}, False, id="generation"),
         pytest.param({"object": {"metadata": {"resourceVersion": {}}}}, False, id="resource-version"),
+        pytest.param({"object": {"metadata": {"managedFields": {}}}}, False, id="managed-fields"),
         pytest.param({"object": {"metadata": {}}}, False, id="metadata-whole"),
         pytest.param({"object": {"metadata": {"": {}}}}, False, id="metadata-sized"),
     ],

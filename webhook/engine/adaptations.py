@@ -14,7 +14,9 @@ holds both over the corpus), so the key leaves them out and a hit takes the call
 name is left out only when it is one the API server could have generated from the object's
 `generateName`; any other change to the object changes the key, and so never hits. A batch Job
 always misses: the API server also adds its `spec.selector` and the pod template's
-controller-uid and job-name labels, and adaptations read template labels.
+controller-uid and job-name labels, and adaptations read template labels. The key also leaves
+out `metadata.managedFields`, which no adaptation reads (the watch caches drop them too): half of
+a real Pod's text, and the dearest half to put in canonical order.
 
 The key also holds the namespace the object is adapted in and a digest of everything else an
 adaptation reads (the platform config, the TrainingRuntimes and PriorityClasses known): engines
@@ -47,9 +49,9 @@ from webhook.config import PlatformConfig
 from webhook.engine.ahead import Ahead
 from webhook.workloads import AdaptContext, Workload, build_workload, workload_name
 
-# Set by the API server between the mutating and the validating call (see above). Never read by
-# an adaptation.
-_ASSIGNED_METADATA = frozenset(("uid", "creationTimestamp", "generation", "resourceVersion"))
+# Set by the API server between the mutating and the validating call (see above), and the field
+# managers' record. Never read by an adaptation.
+_KEYLESS_METADATA = frozenset(("uid", "creationTimestamp", "generation", "resourceVersion", "managedFields"))
 # What names.SimpleNameGenerator appends to generateName (cut to 58 characters): 5 of these.
 _GENERATED_SUFFIX = re.compile(r"[bcdfghjklmnpqrstvwxz2456789]{5}")
 _GENERATED_PREFIX_LENGTH = 58
@@ -229,7 +231,7 @@ def _as_adapted(obj: dict[str, Any]) -> dict[str, Any]:
     meta = obj.get("metadata")
     if not isinstance(meta, dict):
         return obj
-    kept = {k: v for k, v in meta.items() if k not in _ASSIGNED_METADATA}
+    kept = {k: v for k, v in meta.items() if k not in _KEYLESS_METADATA}
     if _generated(kept.get("name"), kept.get("generateName")):
         del kept["name"]
     out = {k: v for k, v in obj.items() if k != "status"}

@@ -8,10 +8,11 @@ brings the same object answers with it instead of evaluating the validating poli
 
 The validating call must get the decision it would have made itself. Between the two calls the
 API server sets the object's `metadata.uid`, `creationTimestamp`, `generation`, `resourceVersion`,
-`status` and, for `generateName`, `metadata.name` (adaptations.py); the rest of the object is the
-same or the adaptation's key does not match. So a decision is made ahead (Conditions.made) only
-for a CREATE (an UPDATE's oldObject would need a key of its own), and only when no validating
-policy reads those fields of `object`, or `object` whole. It is used (Conditions.usable) only:
+`status` and, for `generateName`, `metadata.name` (adaptations.py); the adaptation's key also
+leaves out `metadata.managedFields`; the rest of the object is the same or the key does not
+match. So a decision is made ahead (Conditions.made) only for a CREATE (an UPDATE's oldObject
+would need a key of its own), and only when no validating policy reads those fields of `object`,
+or `object` whole. It is used (Conditions.usable) only:
 
 - by the engine that made it (a reload, or a changed cluster fact, builds another engine);
 - for the same operation, namespace, userInfo and dryRun as the mutating call;
@@ -33,8 +34,9 @@ from typing import Any
 from webhook.engine.model import Decision
 from webhook.engine.reads import ELEMENT, Tree
 
-# What the API server sets between the two calls, in `object.metadata` (the name apart)
-_SET_METADATA = frozenset(("uid", "creationTimestamp", "generation", "resourceVersion"))
+# What the API server sets between the two calls, in `object.metadata` (the name apart), and what
+# the adaptation's key leaves out besides (adaptations.py)
+_SET_METADATA = frozenset(("uid", "creationTimestamp", "generation", "resourceVersion", "managedFields"))
 _SOME_KEYS = ""  # reads.py: a map of which no key is read (sized), whose size the new keys change
 
 
