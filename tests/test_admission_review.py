@@ -397,6 +397,30 @@ def test_nesting_on_the_text_of_generated_values(seed: int, depth: int) -> None:
             codec._check_text_depth(body)
 
 
+@pytest.mark.parametrize(
+    ("body", "accepted"),
+    [
+        *DEPTHS,
+        *(pytest.param(*p.values, None, id=p.id) for p in ESCAPED_TEXTS),
+        *(
+            pytest.param(
+                orjson.dumps(_random_value(random.Random(s), d)),
+                d <= codec.MAX_DEPTH,
+                id=f"seed-{s}-depth-{d}",
+            )
+            for s in range(10)
+            for d in (codec.MAX_DEPTH, codec.MAX_DEPTH + 1)
+        ),
+    ],
+)
+def test_the_encoder_bounds_nesting_as_the_text_does(body: bytes, accepted: bool | None) -> None:
+    """The bound on the decoded value (orjson's own limit on what it encodes) agrees with the text."""
+    value = orjson.loads(body)
+    if accepted is None:
+        accepted = _depth(value) <= codec.MAX_DEPTH
+    assert codec._encodes_within_depth(value) is accepted
+
+
 def _managed_pod(extra: Any) -> dict[str, Any]:
     """A Pod as the API server sends it, managedFields and all, with `extra` under spec."""
     fields: dict[str, Any] = {
@@ -431,10 +455,20 @@ def _chain(depth: int) -> Any:
 
 
 # The object is level 1, its spec 2: 98 lists under spec.extra reach the limit of 100.
+def _large(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` with an annotation that takes its review past the bodies whose depth the encoder bounds."""
+    obj["metadata"]["annotations"]["padding"] = '"]' * 40_000
+    return obj
+
+
 REVIEWS_WITH_MANAGED_FIELDS = [
     pytest.param(_managed_pod(_chain(98)), None, id="at-the-limit"),
     pytest.param(_managed_pod(_chain(99)), "request.object.spec.extra.0.0.….0.0", id="one-past"),
     pytest.param(_managed_pod("[" * 200), None, id="brackets-only-in-a-string"),
+    pytest.param(_large(_managed_pod(_chain(98))), None, id="large-body-at-the-limit"),
+    pytest.param(
+        _large(_managed_pod(_chain(99))), "request.object.spec.extra.0.0.….0.0", id="large-body-one-past"
+    ),
 ]
 
 
@@ -445,6 +479,7 @@ def test_reviews_with_managed_fields_are_refused_only_past_the_limit(
     assert (_depth(obj) > 100) == (field is not None)
     body = encode(admission_review(obj))
     assert rb"k:{\"name\":\"main\"}" in body
+    assert (len(body) > codec._ENCODED_UP_TO) == ("padding" in obj["metadata"]["annotations"])
     if field is None:
         assert parse_request(body).admission.object == obj
         return

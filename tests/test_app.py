@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import io
 import logging
@@ -479,20 +480,42 @@ def test_policy_timings_are_sampled_one_in_n(policies: PolicySet) -> None:
     assert 'trainguard_policy_evaluation_seconds_count{policy="gang-required"} 2.0' in text
 
 
+def test_policy_timings_are_sampled_on_both_calls_of_the_api_servers_pairs(policies: PolicySet) -> None:
+    """The API server calls /mutate, then /validate: 1 in N of each is timed, whatever N."""
+    state = ServerState(metrics=Metrics(sample_every=2))
+    state.install(build_engine(policies, load_config()))
+    with TestClient(create_app(state)) as client:
+        for _ in range(4):
+            post(client, "/mutate", admission_review(pytorchjob()))
+            post(client, "/validate", admission_review(pytorchjob()))
+        text = client.get("/metrics").text
+    assert 'trainguard_policy_evaluation_seconds_count{policy="mutate-class-label"} 2.0' in text
+    assert 'trainguard_policy_evaluation_seconds_count{policy="gang-required"} 2.0' in text
+
+
 # -- logs -------------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def log_lines(state: ServerState) -> Iterator[io.StringIO]:
+    with captured_logs(state, "test.trainguard.admission") as out:
+        yield out
+
+
+@contextlib.contextmanager
+def captured_logs(state: ServerState, name: str) -> Iterator[io.StringIO]:
+    """Every admission record `state` logs, as JSON lines."""
     out = io.StringIO()
     handler = logging.StreamHandler(out)
     handler.setFormatter(logs.JsonFormatter())
-    state.logger = logging.getLogger("test.trainguard.admission")
+    state.logger = logging.getLogger(name)
     state.logger.addHandler(handler)
     state.logger.setLevel(logging.DEBUG)
     state.logger.propagate = False
-    yield out
-    state.logger.removeHandler(handler)
+    try:
+        yield out
+    finally:
+        state.logger.removeHandler(handler)
 
 
 def records(out: io.StringIO) -> list[dict[str, Any]]:
@@ -564,9 +587,11 @@ def test_an_error_while_reading_a_review_is_a_400_never_a_500(
 
 
 def _reusing_client(policies: PolicySet) -> tuple[TestClient, ServerState]:
-    """The app as `serve` wires it: one store of adaptations, counted on /metrics."""
-    metrics = Metrics(sample_every=1)
-    state = ServerState(metrics=metrics, adaptations=Adaptations(on_lookup=metrics.observe_adaptation))
+    """The app as `serve` wires it: one store of adaptations, counted on /metrics. The decision made
+    ahead may take an hour here, not the inline slice: these tests are about what is decided."""
+    metrics = Metrics(sample_every=1000)  # an admission whose policies are timed decides itself
+    kept = Adaptations(on_lookup=metrics.observe_adaptation, ahead_seconds=3600.0)
+    state = ServerState(metrics=metrics, adaptations=kept)
     state.install(build_engine(policies, load_config(), adaptations=state.adaptations))
     return TestClient(create_app(state)), state
 
@@ -581,32 +606,39 @@ def _as_the_api_server_sends_it(obj: dict[str, Any], patch: str) -> dict[str, An
 
 
 def _reused(text: str) -> dict[str, float]:
+    return _counted(text, "trainguard_adaptations_reused_total", ("hit", "miss"))
+
+
+def _counted(text: str, counter: str, results: tuple[str, ...]) -> dict[str, float]:
     return {
         result: float(line.rsplit(" ", 1)[1])
         for line in text.splitlines()
-        for result in ("hit", "miss")
-        if line.startswith(f'trainguard_adaptations_reused_total{{result="{result}"}}')
+        for result in results
+        if line.startswith(f'{counter}{{result="{result}"}}')
     }
 
 
 @pytest.mark.parametrize(
-    ("change", "reused"),
+    ("change", "reused", "ahead"),
     [
-        pytest.param(lambda obj: None, {"hit": 1.0, "miss": 0.0}, id="as-patched"),
+        pytest.param(
+            lambda obj: None, {"hit": 1.0, "miss": 0.0}, {"used": 1.0, "not-used": 0.0}, id="as-patched"
+        ),
         pytest.param(
             lambda obj: obj["metadata"]["labels"].update({"team": "b"}),
             {"hit": 0.0, "miss": 1.0},
+            {"used": 0.0, "not-used": 1.0},
             id="changed-by-another-webhook",
         ),
     ],
 )
 def test_the_validating_call_reuses_the_mutating_calls_adaptation_and_decides_the_same(
-    policies: PolicySet, client: TestClient, change: Any, reused: dict[str, float]
+    policies: PolicySet, client: TestClient, change: Any, reused: dict[str, float], ahead: dict[str, float]
 ) -> None:
     job = pytorchjob(replicas=2)
     del job["metadata"]["annotations"]  # its validation depends on what the mutation adds
     reusing, state = _reusing_client(policies)
-    with reusing:
+    with captured_logs(state, "test.trainguard.ahead") as out, reusing:
         mutated = post(reusing, "/mutate", admission_review(job)).json()["response"]
         assert mutated["allowed"] and mutated["patch"]
         # Adapted once the mutating call was answered, before the validating call comes
@@ -614,6 +646,10 @@ def test_the_validating_call_reuses_the_mutating_calls_adaptation_and_decides_th
         arrived = _as_the_api_server_sends_it(job, mutated["patch"])
         change(arrived)
         answer = post(reusing, "/validate", admission_review(arrived)).json()
-        assert _reused(reusing.get("/metrics").text) == reused
+        scraped = reusing.get("/metrics").text
+        assert _reused(scraped) == reused
+        assert _counted(scraped, "trainguard_validations_decided_ahead_total", ("used", "not-used")) == ahead
+    validating = [r for r in records(out) if r["endpoint"] == "validate"]
+    assert [r.get("decided_ahead", False) for r in validating] == [bool(ahead["used"])]
     # The same call to a server that keeps nothing
     assert answer == post(client, "/validate", admission_review(arrived)).json()

@@ -18,7 +18,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,9 @@ spec:
 
 
 def slow_review(containers: int, uid: str = UID) -> bytes:
-    """A Pod whose decision under SLOW_POLICY on cel-python takes about containers³ × 0.5 ms (idle machine)."""
+    """A Pod whose decision under SLOW_POLICY on cel-python grows with containers³: about half a
+    second for 20 on an idle machine, seconds on a loaded one. A test that needs a decision still in
+    flight holds it (held_decisions) rather than count on its length."""
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -153,6 +155,15 @@ def trickle_and_read(tls: ssl.SSLSocket, data: bytes, every: float, limit: float
     return received, False
 
 
+def send_and_read(tls: ssl.SSLSocket, sent: bytes, trickled: bytes | None) -> tuple[bytes, bool]:
+    """Send `sent`, then trickle `trickled` a byte every 50 ms while reading: what the server sent
+    within WAIT seconds, and whether it closed the connection."""
+    tls.sendall(sent)
+    if trickled is not None:
+        return trickle_and_read(tls, trickled, 0.05, WAIT)
+    return read_until_closed(tls, WAIT)
+
+
 SLOW_CLIENTS = [
     pytest.param(b"", None, "request headers not received", id="connects-and-says-nothing"),
     pytest.param(
@@ -176,17 +187,59 @@ def test_a_slow_or_silent_client_gets_408_and_is_closed(
 ) -> None:
     settings = settings_for(files, header_timeout=0.5, body_timeout=0.5)
     with running(settings) as server, tls_socket(server, files) as tls:
-        tls.sendall(sent)
-        if trickled is not None:
-            data, closed = trickle_and_read(tls, trickled, 0.05, WAIT)
-        else:
-            data, closed = read_until_closed(tls, WAIT)
+        data, closed = send_and_read(tls, sent, trickled)
         assert closed, "the server kept the connection open"
         assert data.startswith(b"HTTP/1.1 408 "), data[:200]
         assert message.encode() in data
         # The server itself is unharmed.
         with httpx.Client(verify=client_context(files)) as client:
             assert client.get(url(server, "/healthz")).status_code == 200
+
+
+# After answered requests on the same connection (whose timeouts were set and moved on), a slow
+# request is still cut off by its own timeout; a body timeout far shorter than the header timeout
+# is kept, though the connection's timer was last set for the later header deadline. Headers
+# trickled after an answered request are cut off by closing only: the connection's last response
+# has been written, and a second status line could follow a response still on its way.
+_TRICKLED = b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 200
+_WITHHELD = post_bytes(REVIEW)[:-1]
+KEPT_ALIVE_THEN_SLOW = [
+    pytest.param(1, b"", _TRICKLED, (0.5, 0.5), b"", id="one-answered-then-headers-a-byte-at-a-time"),
+    pytest.param(20, b"", _TRICKLED, (0.5, 0.5), b"", id="twenty-answered-then-headers-a-byte-at-a-time"),
+    pytest.param(
+        1, _WITHHELD, None, (0.5, 0.5), b"HTTP/1.1 408 ", id="one-answered-then-body-without-its-last-byte"
+    ),
+    pytest.param(
+        20, _WITHHELD, None, (60.0, 0.5), b"HTTP/1.1 408 ",
+        id="twenty-answered-then-body-withheld-header-timeout-far-longer",
+    ),
+    pytest.param(
+        0, _WITHHELD, None, (60.0, 0.5), b"HTTP/1.1 408 ", id="first-body-withheld-header-timeout-far-longer"
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("answered", "sent", "trickled", "timeouts", "answer"), KEPT_ALIVE_THEN_SLOW)
+def test_a_slow_request_after_answered_ones_is_cut_off(
+    files: Path,
+    answered: int,
+    sent: bytes,
+    trickled: bytes | None,
+    timeouts: tuple[float, float],
+    answer: bytes,
+) -> None:
+    header_timeout, body_timeout = timeouts
+    settings = settings_for(files, header_timeout=header_timeout, body_timeout=body_timeout)
+    with running(settings) as server, tls_socket(server, files) as tls:
+        for _ in range(answered):
+            tls.sendall(post_bytes(REVIEW))
+            assert read_response(tls).startswith(b"HTTP/1.1 200 ")
+        # WAIT is far below the longer header timeout: only the body's own timeout ends it in time.
+        data, closed = send_and_read(tls, sent, trickled)
+        assert closed, "the server kept the connection open"
+        assert data.startswith(answer) and (answer or not data), data[:200]
+        if answer:
+            assert b"request body not received within 0.5 s" in data
 
 
 def test_a_client_that_never_starts_the_tls_handshake_is_disconnected(files: Path) -> None:
@@ -381,18 +434,44 @@ def post_review(files: Path, server: WebhookServer, body: bytes, out: list[Any])
         )
 
 
+@contextlib.contextmanager
+def held_decisions(server: WebhookServer, which: Callable[[Any], bool]) -> Iterator[None]:
+    """The decisions of the objects `which` selects wait until the block ends: whether they are
+    still in flight when the test looks must not depend on how fast this machine decides (an idle
+    one decides the slow review in half a second, a loaded one takes many)."""
+    engine = server.state.engine
+    assert engine is not None
+    decide, release = engine.decide, threading.Event()
+
+    def held(inp: Any, **options: Any) -> Any:
+        if which(inp.object):
+            release.wait(WAIT)
+        return decide(inp, **options)
+
+    engine.decide = held  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        release.set()
+
+
+def many_containers(obj: Any) -> bool:
+    return len(obj["spec"]["containers"]) > 2
+
+
 def test_probes_are_answered_while_a_slow_decision_runs(files: Path) -> None:
     with running(slow_settings(files, request_budget=30.0)) as server:
         answers: list[Any] = []
         slow = threading.Thread(
             target=post_review, args=(files, server, slow_review(20), answers), daemon=True
         )
-        slow.start()
-        wait_for(lambda: server.state.threads.running == 1, "the slow decision to start")
-        with httpx.Client(verify=client_context(files)) as client:
-            probes = [
-                client.get(url(server, path)).status_code for path in ("/healthz", "/readyz", "/healthz")
-            ]
+        with held_decisions(server, many_containers):
+            slow.start()
+            wait_for(lambda: server.state.threads.running == 1, "the slow decision to start")
+            with httpx.Client(verify=client_context(files)) as client:
+                probes = [
+                    client.get(url(server, path)).status_code for path in ("/healthz", "/readyz", "/healthz")
+                ]
             assert server.state.threads.running == 1, "the decision ended before the probes were answered"
         slow.join(timeout=60)
     assert probes == [200, 200, 200]
@@ -402,8 +481,9 @@ def test_probes_are_answered_while_a_slow_decision_runs(files: Path) -> None:
 def test_a_decision_past_its_budget_is_answered_fail_closed_in_time(files: Path) -> None:
     with running(slow_settings(files, request_budget=0.5)) as server:
         answers: list[Any] = []
-        post_review(files, server, slow_review(20), answers)
-        assert server.state.threads.running == 1, "the answer waited for the decision"
+        with held_decisions(server, many_containers):
+            post_review(files, server, slow_review(20), answers)
+            assert server.state.threads.running == 1, "the answer waited for the decision"
         wait_for(lambda: server.state.threads.running == 0, "the abandoned decision to end", timeout=60)
     out = answers[0].json()["response"]
     assert out["uid"] == UID and out["allowed"] is False
@@ -417,13 +497,16 @@ def test_a_full_server_answers_429_with_retry_after(files: Path) -> None:
         slow = threading.Thread(
             target=post_review, args=(files, server, slow_review(18), answers), daemon=True
         )
-        slow.start()
-        wait_for(lambda: server.state.threads.running == 1, "the slow decision to start")
-        with httpx.Client(verify=client_context(files)) as client:
-            refused = client.post(
-                url(server, "/validate"), content=slow_review(2), headers={"content-type": "application/json"}
-            )
-            ready = client.get(url(server, "/readyz"))
+        with held_decisions(server, many_containers):
+            slow.start()
+            wait_for(lambda: server.state.threads.running == 1, "the slow decision to start")
+            with httpx.Client(verify=client_context(files)) as client:
+                refused = client.post(
+                    url(server, "/validate"),
+                    content=slow_review(2),
+                    headers={"content-type": "application/json"},
+                )
+                ready = client.get(url(server, "/readyz"))
         slow.join(timeout=60)
         after: list[Any] = []
         post_review(files, server, slow_review(2), after)
@@ -455,7 +538,7 @@ def test_sigterm_with_a_slow_decision_in_flight_exits_within_the_grace_period(
                 contextlib.suppress(httpx.HTTPError),
                 httpx.Client(verify=client_context(files), timeout=60) as c,
             ):
-                body = slow_review(40)  # about 30 s of CEL
+                body = slow_review(40)  # about 4 s of CEL on an idle machine, longer on a loaded one
                 answers.append(
                     c.post(
                         f"https://127.0.0.1:{port}/validate",
@@ -504,18 +587,7 @@ def test_large_bodies_share_a_byte_budget_and_small_ones_pass(files: Path) -> No
     settings = slow_settings(files, request_budget=30.0, max_body_bytes=1024 * 1024)
     with running(settings) as server:
         # The two large decisions are held until the third large body and a small one have been
-        # answered: whether they are still in flight then must not depend on how fast this machine
-        # decides (a loaded one can take longer to upload 0.9 MB than to decide it).
-        engine = server.state.engine
-        assert engine is not None
-        decide, release = engine.decide, threading.Event()
-
-        def held(inp: Any, **options: Any) -> Any:
-            if "pad" in (inp.object["metadata"].get("annotations") or {}):
-                release.wait(WAIT)
-            return decide(inp, **options)
-
-        engine.decide = held  # type: ignore[method-assign]
+        # answered (a loaded machine can take longer to upload 0.9 MB than to decide it).
         answers: list[Any] = []
         large = [
             threading.Thread(
@@ -523,16 +595,14 @@ def test_large_bodies_share_a_byte_budget_and_small_ones_pass(files: Path) -> No
             )
             for _ in range(2)
         ]
-        for thread in large:
-            thread.start()
-        wait_for(lambda: server.state.threads.running == 2, "both large decisions to start")
         third: list[Any] = []
         small: list[Any] = []
-        try:
+        with held_decisions(server, lambda obj: "pad" in (obj["metadata"].get("annotations") or {})):
+            for thread in large:
+                thread.start()
+            wait_for(lambda: server.state.threads.running == 2, "both large decisions to start")
             post_review(files, server, large_slow_review(2, 900_000), third)
             post_review(files, server, slow_review(2), small)
-        finally:
-            release.set()
         for thread in large:
             thread.join(timeout=60)
     assert third[0].status_code == 429 and third[0].headers["retry-after"] == "1"

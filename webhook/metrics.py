@@ -51,7 +51,9 @@ class Metrics:
         # Gauges computed at scrape time cannot live in the shared files: a registry of their own.
         self._local = CollectorRegistry(auto_describe=True) if self.multiprocess_dir else self.registry
         self.sample_every = sample_every
-        self._sample_countdown = sample_every
+        # One countdown per endpoint: with one for both, the pairs of calls the API server makes
+        # (/mutate, then /validate) would put every sample on the same endpoint when N is even.
+        self._sample_countdown: dict[str, int] = {}
         r = self.registry
         self.requests = Counter(
             "trainguard_admission_requests",
@@ -100,6 +102,18 @@ class Metrics:
             registry=r,
         )
         self._adaptation_children = {hit: self.adaptations.labels("hit" if hit else "miss") for hit in (1, 0)}
+        self.decided_ahead = Counter(
+            "trainguard_validations_decided_ahead",
+            "Validating calls of workloads by whether they were answered with the decision made ahead "
+            "while the API server applied their mutating call's patch (used) or decided when they came "
+            "(not-used: no mutating call before, an object changed between the calls, a policy that "
+            "reads what the API server sets between them, a reload, or no time to decide ahead).",
+            ["result"],
+            registry=r,
+        )
+        self._ahead_children = {
+            used: self.decided_ahead.labels("used" if used else "not-used") for used in (1, 0)
+        }
         self.engine_errors = Counter(
             "trainguard_engine_errors",
             "Unexpected exceptions inside the engine (policy evaluation errors are not counted here: "
@@ -269,6 +283,9 @@ class Metrics:
     def observe_adaptation(self, hit: bool) -> None:
         self._adaptation_children[hit].inc()
 
+    def observe_decided_ahead(self, used: bool) -> None:
+        self._ahead_children[used].inc()
+
     def observe_engine_error(self, endpoint: str) -> None:
         self.engine_errors.labels(endpoint).inc()
 
@@ -279,12 +296,13 @@ class Metrics:
         self.in_flight.set_function(busy)
         self.queued.set_function(waiting)
 
-    def sample(self) -> bool:
-        """True once every `sample_every` calls: time this request's policies."""
-        self._sample_countdown -= 1
-        if self._sample_countdown:
+    def sample(self, endpoint: str) -> bool:
+        """True once every `sample_every` calls to `endpoint`: time this request's policies."""
+        left = self._sample_countdown.get(endpoint, self.sample_every) - 1
+        if left:
+            self._sample_countdown[endpoint] = left
             return False
-        self._sample_countdown = self.sample_every
+        self._sample_countdown[endpoint] = self.sample_every
         return True
 
     def observe_policies(self, timings: Mapping[str, float]) -> None:

@@ -398,15 +398,19 @@ def run(quick: bool = False, raw_only: bool = False) -> dict[str, Any]:
                 {"on": tg, "noop": noop, "patch": patching, "noop1": noop},
             )
             raw["raw_trainguard_calls"] = _metric(tg.url, tg.ca, "trainguard_admission_requests_total") - c0
-            # Whether the validating calls found the mutating calls' adaptations (trees that keep them)
-            reused = {
-                result: _metric(tg.url, tg.ca, f'trainguard_adaptations_reused_total{{result="{result}"')
-                for result in ("hit", "miss")
-            }
-            print(
-                f"trainguard's validating calls, adaptation reused: {reused['hit']:.0f}, not: {reused['miss']:.0f}"
-            )
-            raw["raw_adaptations_reused"] = reused
+            # Whether the validating calls found the mutating calls' adaptations (trees that keep
+            # them), and were answered with the decision made ahead for them (trees that make one)
+            for key, what, counter, results in (
+                ("raw_adaptations_reused", "adaptation reused", "adaptations_reused", ("hit", "miss")),
+                ("raw_decided_ahead", "decided ahead", "validations_decided_ahead", ("used", "not-used")),
+            ):
+                counts = {
+                    r: _metric(tg.url, tg.ca, f'trainguard_{counter}_total{{result="{r}"') for r in results
+                }
+                print(
+                    f"trainguard's validating calls, {what}: {counts[results[0]]:.0f}, not: {counts[results[1]]:.0f}"
+                )
+                raw[key] = counts
             if raw_only:
                 api_client.close()
                 return raw

@@ -1,6 +1,7 @@
 """Where the webhook's two calls for one object spend their CPU, under the API server's pattern.
 
     PYTHONPATH=TREE python tests/bench/bench_pair.py [--pairs N] [--rounds N]
+    PYTHONPATH=TREE python tests/bench/bench_pair.py --instructions [--pairs N]
 
 The ASGI app as `serve` builds it (one store of adaptations where the tree has one, the runtime
 tuning), called in process, no sockets: for each pair, /mutate with the 11.6 KB training Pod as
@@ -15,6 +16,11 @@ runtime, with the conversion of what it reads), encoding the answer, and the res
 metrics, the log record, the adaptation filed after /mutate's answer). Medians in µs over
 `--rounds` rounds of `--pairs` pairs; `uptime` before and after. Not part of run.py.
 
+With `--instructions`, nothing is timed: the script runs itself under callgrind (Debian package
+valgrind) with counting off, prepares `--pairs` warm pairs of bodies, and counts the instructions of
+the process while the app answers them, so that the machine's load does not move the figure. All
+of the process is counted (the collector's work included, wherever it falls), as one total per pair.
+
 What it times is the webhook process alone: the API server's own work between the calls (applying
 the patch, defaulting, encoding the review) is bench_apiserver.py's "patch" arm.
 """
@@ -28,9 +34,15 @@ import copy
 import importlib
 import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import inputs
@@ -240,12 +252,80 @@ def run(pairs: int, rounds: int) -> dict[str, Any]:
     return summary
 
 
+_UNDER_CALLGRIND = "TRAINGUARD_BENCH_PAIR_CALLGRIND"
+
+
+def instructions(pairs: int) -> dict[str, Any]:
+    """Instructions per warm pair, counted by callgrind around the pairs only."""
+    for tool in ("valgrind", "callgrind_control"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} is not on PATH (Debian package valgrind)")
+    with tempfile.TemporaryDirectory(prefix="bench-pair-") as tmp:
+        out = Path(tmp) / "callgrind.out"
+        command = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--dump-instr=no"]
+        command += [f"--callgrind-out-file={out}", sys.executable, __file__, "--pairs", str(pairs)]
+        # PYTHONHASHSEED: the same dict and set layouts run to run.
+        env = {**os.environ, _UNDER_CALLGRIND: "1", "PYTHONHASHSEED": "0"}
+        subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        totals = re.findall(r"^(?:totals|summary): (\d+)", out.read_text(errors="replace"), re.M)
+    per_pair = int(totals[-1]) / pairs
+    print(
+        measure.table(
+            f"The webhook pair in process, instructions per warm pair ({pairs} pairs; callgrind)",
+            ["", "thousands"],
+            [["/mutate then /validate", per_pair / 1000]],
+        )
+    )
+    return {"pairs": pairs, "instructions_per_pair": round(per_pair)}
+
+
+def counted_pairs(pairs: int) -> None:
+    """The pairs `instructions` counts, run inside callgrind: the bodies made first, then counting
+    turned on for the calls alone."""
+    import uvloop
+
+    loop = uvloop.new_event_loop()
+    app, state = build_app()
+    # Under callgrind a call runs some 50 times slower: past the inline slice, a decision would
+    # move to a thread and start again there, which at full speed it does not.
+    state.inline_slice = 3.0
+    if state.adaptations is not None:
+        state.adaptations.ahead_seconds = 3.0
+    base, _ = reviews()
+    bodies = []
+    for i in range(2 * pairs + 20):
+        review = copy.deepcopy(base)
+        review["request"]["uid"] = f"0b1f0000-0000-4000-8000-{i:012d}"
+        mutate = orjson.dumps(review)
+        answer = orjson.loads(call(loop, app, "/mutate", mutate))["response"]
+        validate = orjson.dumps(sent_back(review, answer.get("patch"), i))
+        if i < pairs + 20:  # the first calls fill what later calls reuse
+            call(loop, app, "/validate", validate)
+        else:
+            bodies.append((mutate, validate))
+    # Each counted /mutate files its adaptation again (the same object: kept under the same key),
+    # for the /validate right after it, as in any pair.
+    control = ["callgrind_control", "-i"]
+    subprocess.run([*control, "on", str(os.getpid())], check=True, capture_output=True, timeout=120)
+    for mutate, validate in bodies:
+        call(loop, app, "/mutate", mutate)
+        call(loop, app, "/validate", validate)
+    subprocess.run([*control, "off", str(os.getpid())], check=True, capture_output=True, timeout=120)
+    loop.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pairs", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--instructions", action="store_true", help="count instructions (callgrind)")
     args = parser.parse_args()
-    print(json.dumps(run(args.pairs, args.rounds)))
+    if os.environ.get(_UNDER_CALLGRIND):
+        counted_pairs(args.pairs)
+    elif args.instructions:
+        print(json.dumps(instructions(args.pairs)))
+    else:
+        print(json.dumps(run(args.pairs, args.rounds)))
     return 0
 
 

@@ -120,6 +120,25 @@ measure, n = sys.argv[1], int(sys.argv[2])
 kw = {} if measure.endswith("_full") else {"mutate": False} if "validate" in measure else {"validate": False}
 body = orjson.dumps(inputs.big_training_pod())
 pod = orjson.loads(body)
+if measure == "pod_webhook_pair":  # the webhook's two calls per object, on the server's kind of engine
+    from webhook.config import load_config
+    from webhook.engine import Adaptations, Engine, default_policies_dir, load_policy_set
+    engine = Engine(load_policy_set([default_policies_dir()], "cel-expr-python"), load_config(), adaptations=Adaptations())
+    decide, settle = inputs.decider(engine), engine.settle
+    items = list(range(n))
+
+    def step(acc, item):
+        obj = orjson.loads(body)  # a new object each time, decoded as the server decodes a body
+        obj["metadata"]["uid"] = str(item)
+        first = decide(AdmissionInput(object=obj, namespace="ml-research"), validate=False)
+        settle()  # what the server does once the mutating call's answer is on its way
+        decide(AdmissionInput(object=first.mutated, namespace="ml-research"), mutate=False)
+        return acc + 1
+
+    for item in range(-5, 0):
+        step(0, item)
+    print(functools.reduce(step, items, 0))
+    sys.exit(0)
 if measure.startswith("corpus"):  # every corpus workload once
     items = [(obj, "default") for _, obj in inputs.corpus_workloads()]
     get = lambda item: item
@@ -147,6 +166,7 @@ INSTRUCTION_MEASURES = (
     "corpus_mean_validate",
     "corpus_mean_mutate",
     "corpus_mean_full",  # mutate, then validate the mutated object: what `trainguard check` does
+    "pod_webhook_pair",  # /mutate, the work after its answer, then /validate of the patched Pod
 )
 
 

@@ -1,4 +1,5 @@
-"""The validating call reuses what the mutating call adapted, through the real kube-apiserver.
+"""The validating call reuses what the mutating call adapted, and the decision made ahead for it,
+through the real kube-apiserver.
 
 The API server calls /mutate, applies trainguard's patch, then calls /validate with the patched
 object, to which it has added a uid, a creationTimestamp, a generation, a status and (for
@@ -19,15 +20,16 @@ from .test_admission import DENIED, cli_denial_parts, denial, denied_by
 from .webhook_server import CLASS_LABEL, OTHER_NS, TEAM_NS, Admission, pod
 
 REUSED = "trainguard_adaptations_reused_total"
+AHEAD = "trainguard_validations_decided_ahead_total"
 POD_GROUP = "kueue.x-k8s.io/pod-group-name"
 POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 
 
-def reused(admission: Admission) -> dict[str, float]:
+def reused(admission: Admission, counter: str = REUSED) -> dict[str, float]:
     return {
         dict(labels)["result"]: value
         for (name, labels), value in admission.server.metrics().items()
-        if name == REUSED
+        if name == counter
     }
 
 
@@ -81,7 +83,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_the_validating_call_reuses_the_mutating_calls_adaptation(admission: Admission, case: Case) -> None:
-    before = reused(admission)
+    before, ahead_before = reused(admission), reused(admission, AHEAD)
     result = admission.kubectl(
         "create",
         "-o",
@@ -92,9 +94,15 @@ def test_the_validating_call_reuses_the_mutating_calls_adaptation(admission: Adm
         transcript="adaptation-reuse",
         title=f"the validating call reuses the mutating call's adaptation: {case.id}",
     )
-    after = reused(admission)
+    after, ahead_after = reused(admission), reused(admission, AHEAD)
     counted = {result: after.get(result, 0) - before.get(result, 0) for result in ("hit", "miss")}
     assert counted == ({"hit": 1, "miss": 0} if case.reused else {"hit": 0, "miss": 1}), result.stderr
+    # Decided ahead where the adaptation was found; not where it was missed. A decision made ahead
+    # that ran out of its slice (a stalled machine) is made by its call instead: counted not-used.
+    ahead = {r: ahead_after.get(r, 0) - ahead_before.get(r, 0) for r in ("used", "not-used")}
+    assert ahead["used"] + ahead["not-used"] == 1, ahead
+    if not case.reused:
+        assert ahead == {"used": 0, "not-used": 1}
 
     # The same decision as the CLI's, which mutates and validates in one call and keeps nothing
     named = copy.deepcopy(case.manifest)

@@ -75,6 +75,17 @@ def as_the_api_server_sends(obj: dict[str, Any], seed: int = 0) -> dict[str, Any
     return out
 
 
+# A field manager's record, as the API server keeps it in metadata.managedFields
+MANAGED_FIELDS = {
+    "manager": "kubectl-create",
+    "operation": "Update",
+    "apiVersion": "v1",
+    "time": "2026-12-04T21:21:14Z",
+    "fieldsType": "FieldsV1",
+    "fieldsV1": {"f:spec": {"f:containers": {'k:{"name":"t"}': {".": {}, "f:image": {}}}}},
+}
+
+
 def size_of(obj: dict[str, Any]) -> int:
     """What the store counts for an object: its JSON text."""
     return len(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS))
@@ -157,6 +168,14 @@ def _set(path: str, value: Any) -> Any:
 def test_a_changed_object_is_never_found(store: Store, changed: dict[str, Any]) -> None:
     store.leave(job())
     assert not store.found(as_the_api_server_sends(changed))
+
+
+def test_the_field_managers_record_is_left_out(store: Store) -> None:
+    """metadata.managedFields: no adaptation reads them, and half a real Pod's text is theirs."""
+    store.leave(job())
+    arrived = as_the_api_server_sends(job())
+    arrived["metadata"]["managedFields"] = [MANAGED_FIELDS]
+    assert store.found(arrived)
 
 
 @pytest.mark.parametrize(
@@ -340,6 +359,7 @@ def test_adaptations_read_nothing_the_api_server_adds_and_the_name_only_as_the_n
             original["metadata"].pop("name", None)
             original["metadata"]["generateName"] = "gen-"
             as_sent = as_the_api_server_sends(original, seed=len(doc.source))
+            as_sent["metadata"]["managedFields"] = [MANAGED_FIELDS]  # the key leaves them out too
             before, after = build_workload(original, ctx), build_workload(as_sent, ctx)
             if before is None:
                 assert after is None, doc.source

@@ -13,7 +13,10 @@ from webhook.engine.compile import load_policy_set
 from webhook.engine.evaluate import mutate, validate
 from webhook.engine.mutate import Patcher
 
-OBJECT: dict[str, Any] = {"metadata": {"name": "j", "labels": {"a": "1"}}, "spec": {"n": 3}}
+OBJECT: dict[str, Any] = {
+    "metadata": {"name": "j", "labels": {"a": "1"}},
+    "spec": {"n": 3, "containers": [{"name": "c"}]},
+}
 
 
 def _compiled(tmp_path: Path, backend: str, spec: str) -> Any:
@@ -119,6 +122,13 @@ def test_unmet_match_condition_skips(tmp_path: Path, backend: str) -> None:
             "error",
             {"a": "1"},
             id="a-failing-edit-rolls-the-policy-back",
+        ),
+        pytest.param(
+            '[{"op": "set", "path": "/metadata/labels/b", "value": "2"},'
+            ' {"op": "set", "path": "/spec/containers/3/name", "value": "y"}]',
+            "error",
+            {"a": "1"},
+            id="writing-below-a-missing-list-element-is-the-policys-error",
         ),
     ],
 )

@@ -8,7 +8,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from webhook.engine.mutate import EditError, apply_edits, flatten_edits
+from webhook.engine.mutate import EditError, Patcher, apply_edits, flatten_edits
 
 POD_TEMPLATE: dict[str, Any] = {
     "metadata": {"name": "job"},
@@ -186,6 +186,18 @@ def test_nested_lists_from_map_are_flattened() -> None:
     assert [e["path"] for e in edits] == ["/a", "/b"]
 
 
+# each element's id says why it is not there to write below
+MISSING_ELEMENTS = {"past-the-end": "5", "dash": "-", "not-an-index": "x", "null-element": "1"}
+
+
+@pytest.mark.parametrize("element", MISSING_ELEMENTS.values(), ids=MISSING_ELEMENTS.keys())
+def test_writing_below_a_missing_list_element_is_an_error(element: str) -> None:
+    obj = {"spec": {"containers": [{"name": "a"}, None]}}
+    with pytest.raises(EditError, match=f"^/spec/containers/{element}: no such list element"):
+        apply_edits(obj, [{"op": "set", "path": f"/spec/containers/{element}/env/0/value", "value": "x"}])
+    assert obj == {"spec": {"containers": [{"name": "a"}, None]}}
+
+
 def test_writing_below_a_scalar_is_an_error() -> None:
     with pytest.raises(EditError, match="not an object"):
         apply_edits({"metadata": "x"}, [{"op": "set", "path": "/metadata/labels/a", "value": "b"}])
@@ -218,3 +230,135 @@ def test_upsert_finds_the_item_by_key(env: list[Any], expected_ops: list[Any]) -
     mutated, ops = apply_edits(obj, [edit])
     assert ops == expected_ops
     assert jsonpatch.apply_patch(copy.deepcopy(obj), ops) == mutated
+
+
+# Keys holding "/" and "~" are spelled escaped in the ops' paths (RFC 6901), whichever op writes them.
+ESCAPED: dict[str, Any] = {
+    "metadata": {"labels": {"a/b": "1", "c~d": "2"}, "annotations": {"x/y": "z"}},
+    "spec": {"pools": {"gpu/a100": {"env": [{"name": "A", "value": "1"}]}}},
+}
+
+POOL_ENV = "/spec/pools/gpu~1a100/env"
+
+
+def upsert_env(path: str, name: str, value: str) -> dict[str, Any]:
+    """The edit that makes the env list at `path` hold the variable `name` with `value`."""
+    return {"op": "upsert", "path": path, "key": "name", "value": {"name": name, "value": value}}
+
+
+@pytest.mark.parametrize(
+    ("edit", "expected_ops"),
+    [
+        pytest.param(
+            {"op": "merge", "path": "/metadata/labels", "value": {"a/b": "9", "e~f/g": "3"}},
+            [
+                {"op": "add", "path": "/metadata/labels/a~1b", "value": "9"},
+                {"op": "add", "path": "/metadata/labels/e~0f~1g", "value": "3"},
+            ],
+            id="merge-escapes-each-key",
+        ),
+        pytest.param(
+            {"op": "set", "path": "/metadata/labels/c~0d", "value": "5"},
+            [{"op": "add", "path": "/metadata/labels/c~0d", "value": "5"}],
+            id="set-on-an-escaped-tilde",
+        ),
+        pytest.param(
+            {"op": "remove", "path": "/metadata/annotations/x~1y"},
+            [{"op": "remove", "path": "/metadata/annotations/x~1y"}],
+            id="remove-an-escaped-slash",
+        ),
+        pytest.param(
+            upsert_env(POOL_ENV, "A", "2"),
+            [{"op": "replace", "path": f"{POOL_ENV}/0", "value": {"name": "A", "value": "2"}}],
+            id="upsert-replaces-below-an-escaped-key",
+        ),
+        pytest.param(
+            upsert_env(POOL_ENV, "B", "2"),
+            [{"op": "add", "path": f"{POOL_ENV}/-", "value": {"name": "B", "value": "2"}}],
+            id="upsert-appends-below-an-escaped-key",
+        ),
+        pytest.param(
+            {"op": "append", "path": "/spec/pools/gpu~1a100/tolerations", "value": {"key": "k"}},
+            [{"op": "add", "path": "/spec/pools/gpu~1a100/tolerations", "value": [{"key": "k"}]}],
+            id="append-creates-a-list-below-an-escaped-key",
+        ),
+        pytest.param(
+            {"op": "set", "path": "/spec/pools/tpu~1v5/nodeSelector/pool", "value": "x"},
+            [{"op": "add", "path": "/spec/pools/tpu~1v5", "value": {"nodeSelector": {"pool": "x"}}}],
+            id="set-builds-parents-below-an-escaped-key",
+        ),
+    ],
+)
+def test_escaped_paths_are_spelled_escaped_in_the_ops(edit: dict[str, Any], expected_ops: list[Any]) -> None:
+    original = copy.deepcopy(ESCAPED)
+    mutated, ops = apply_edits(ESCAPED, [edit])
+    assert ops == expected_ops
+    assert original == ESCAPED, "the incoming object must never change"
+    assert jsonpatch.apply_patch(original, ops) == mutated
+    assert apply_edits(mutated, [edit])[1] == []
+
+
+TWO_CONTAINERS: dict[str, Any] = {
+    "metadata": {"labels": {"app": "train"}},
+    "spec": {
+        "containers": [
+            {"name": "trainer", "env": [{"name": f"V{i}", "value": str(i)} for i in range(40)]},
+            {"name": "sidecar"},
+        ],
+        "volumes": [{"name": "data"}],
+    },
+}
+CHECKPOINT = [
+    upsert_env(f"/spec/containers/{c}/env", n, v)
+    for c in (0, 1)
+    for n, v in (("CKPT_URI", "s3://b/run"), ("V3", "changed"), ("CKPT_SECONDS", "1800"))
+] + [{"op": "merge", "path": "/metadata/labels", "value": {"trainguard.dev/class": "B", "app": "train"}}]
+
+
+@pytest.mark.parametrize(
+    "edits",
+    [
+        pytest.param(CHECKPOINT, id="in-order"),
+        pytest.param(list(reversed(CHECKPOINT)), id="reversed"),
+        pytest.param(CHECKPOINT + CHECKPOINT, id="each-edit-twice"),
+    ],
+)
+def test_many_edits_copy_only_what_they_write(edits: list[dict[str, Any]]) -> None:
+    original = copy.deepcopy(TWO_CONTAINERS)
+    mutated, ops = apply_edits(TWO_CONTAINERS, edits)
+    assert original == TWO_CONTAINERS, "the incoming object must never change"
+    assert jsonpatch.apply_patch(original, ops) == mutated
+    assert len(ops) == 7, ops  # 2 new variables and 1 changed one per container, 1 new label
+    assert mutated["spec"]["volumes"] is TWO_CONTAINERS["spec"]["volumes"], "an untouched subtree is shared"
+    assert apply_edits(mutated, edits)[1] == [], "a second pass changes nothing"
+
+
+@pytest.mark.parametrize(
+    "failing",
+    [
+        pytest.param({"op": "set", "path": "/metadata/labels/app/x", "value": "1"}, id="below-a-string"),
+        pytest.param(
+            {"op": "set", "path": "/spec/containers/5/name", "value": "x"}, id="no-such-list-element"
+        ),
+        pytest.param({"op": "append", "path": "/metadata/labels", "value": "x"}, id="append-to-a-map"),
+        pytest.param(
+            {"op": "upsert", "path": "/spec/containers/0/env", "value": {"x": 1}}, id="upsert-without-key"
+        ),
+    ],
+)
+def test_rollback_restores_the_checkpoint_and_leaves_what_it_shared_alone(failing: dict[str, Any]) -> None:
+    original = copy.deepcopy(TWO_CONTAINERS)
+    patcher = Patcher(TWO_CONTAINERS)
+    for edit in CHECKPOINT[:3]:  # the first policy: container 0's variables
+        patcher.apply(edit)
+    first_doc, first_ops = copy.deepcopy(patcher.doc), list(patcher.ops)
+    state = patcher.checkpoint()
+    patcher.apply(CHECKPOINT[-1])  # the second policy writes a label, then fails
+    patcher.apply(CHECKPOINT[3])
+    with pytest.raises(EditError):
+        patcher.apply(failing)
+    patcher.rollback(state)
+    assert patcher.doc == first_doc and patcher.ops == first_ops
+    assert original == TWO_CONTAINERS, "the incoming object must never change"
+    patcher.apply(CHECKPOINT[3])  # writes after a rollback copy again: the checkpoint stays intact
+    assert state[0] == first_doc

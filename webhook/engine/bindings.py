@@ -17,7 +17,8 @@ from webhook.engine.cel import Backend
 from webhook.engine.compile import CompiledPolicy, PolicySet
 from webhook.workloads import Workload, workload_viewer
 
-_READ_VARIABLES = ("object", "oldObject", "workload", "oldWorkload", "params", "cluster")
+# `request` is handed whole; what is read of it tells whether a decision sees the object's name (ahead.py)
+_READ_VARIABLES = ("object", "oldObject", "workload", "oldWorkload", "params", "cluster", "request")
 
 
 class Bindings:

@@ -123,3 +123,4 @@ class Decision:
     workload: Workload | None = None  # the Workload after mutation, None for objects we do not decide
     mutated: dict[str, Any] | None = None  # the object after the patch (the original when it is empty)
     skipped_reason: str | None = None  # why nothing was decided (excluded namespace, not a workload)
+    made_ahead: bool = False  # a validating decision made before its call came (engine/ahead.py)

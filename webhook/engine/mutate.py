@@ -40,7 +40,8 @@ def parse_pointer(pointer: str) -> list[str]:
         return []
     if not pointer.startswith("/"):
         raise EditError(f"path {pointer!r} is not a JSON pointer (must start with '/')")
-    return [unescape(t) for t in pointer[1:].split("/")]
+    tokens = pointer[1:].split("/")
+    return [unescape(t) for t in tokens] if "~" in pointer else tokens
 
 
 def to_pointer(tokens: list[str]) -> str:
@@ -50,19 +51,21 @@ def to_pointer(tokens: list[str]) -> str:
 def flatten_edits(value: Any, out: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """A mutation's result as a flat list of edits; nested lists (from map()) are flattened."""
     out = [] if out is None else out
-    if value is None:
-        return out
-    if isinstance(value, list):
-        for item in value:
+    # An edit is checked in the loop over its list rather than in a call of its own: this runs for
+    # every edit of every mutating call.
+    for item in value if isinstance(value, list) else (value,):
+        if item is None:
+            continue
+        if isinstance(item, list):
             flatten_edits(item, out)
-        return out
-    if (
-        not isinstance(value, dict)
-        or value.get("op") not in EDIT_OPS
-        or not isinstance(value.get("path"), str)
-    ):
-        raise EditError(f"not an edit (need op in {', '.join(EDIT_OPS)} and a string path): {value!r}")
-    out.append(value)
+            continue
+        if (
+            not isinstance(item, dict)
+            or item.get("op") not in EDIT_OPS
+            or not isinstance(item.get("path"), str)
+        ):
+            raise EditError(f"not an edit (need op in {', '.join(EDIT_OPS)} and a string path): {item!r}")
+        out.append(item)
     return out
 
 
@@ -103,21 +106,21 @@ class Patcher:
     # -- writing (copy-on-write along the path)
     def _writable(self, tokens: list[str]) -> Any:
         """The container at `tokens`, copied (with its ancestors) so it may be changed in place."""
-        if id(self.doc) not in self._owned:
-            self.doc = dict(self.doc)
-            self._owned.add(id(self.doc))
+        owned = self._owned
         node: Any = self.doc
+        if id(node) not in owned:
+            node = self.doc = dict(node)
+            owned.add(id(node))
         for t in tokens:
             key: Any = int(t) if isinstance(node, list) else t
             child = node[key]
-            if id(child) not in self._owned:
-                child = dict(child) if isinstance(child, dict) else list(child)
-                node[key] = child
-                self._owned.add(id(child))
+            if id(child) not in owned:
+                child = node[key] = dict(child) if isinstance(child, dict) else list(child)
+                owned.add(id(child))
             node = child
         return node
 
-    def _put(self, tokens: list[str], value: Any, *, only_if_absent: bool = False) -> None:
+    def _put(self, tokens: list[str], path: str, value: Any, *, only_if_absent: bool = False) -> None:
         # Find the deepest existing container on the path; missing parents become one nested add.
         depth = 0
         node: Any = self.doc
@@ -133,58 +136,67 @@ class Patcher:
             node = nxt
             depth += 1
         if depth < len(tokens) - 1:
+            if isinstance(node, list):  # missing parents are made as maps; a list grows by append only
+                raise EditError(f"{to_pointer(tokens[: depth + 1])}: no such list element to write below")
             nested: Any = value
             for t in reversed(tokens[depth + 1 :]):
                 nested = {t: nested}
-            self._add(tokens[: depth + 1], nested)
+            parent = tokens[: depth + 1]
+            self._add(parent, to_pointer(parent), nested)
             return
         last = tokens[-1]
         if isinstance(node, dict):
             present = last in node and node[last] is not None
             if present and (only_if_absent or node[last] == value):
                 return
-            self._add(tokens, value)
+            self._add(tokens, path, value)
         elif isinstance(node, list):
             if not last.isdigit() or int(last) >= len(node):
-                raise EditError(f"{to_pointer(tokens)}: no such list element")
+                raise EditError(f"{path}: no such list element")
             if only_if_absent or node[int(last)] == value:
                 return
             self._writable(tokens[:-1])[int(last)] = value
-            self.ops.append({"op": "replace", "path": to_pointer(tokens), "value": value})
+            self.ops.append({"op": "replace", "path": path, "value": value})
         else:
             raise EditError(f"cannot write below {to_pointer(tokens[:-1])}: not an object")
 
-    def _add(self, tokens: list[str], value: Any) -> None:
+    def _add(self, tokens: list[str], path: str, value: Any) -> None:
         """RFC 6902 add of an object member (replaces an existing member)."""
         self._writable(tokens[:-1])[tokens[-1]] = value
-        self.ops.append({"op": "add", "path": to_pointer(tokens), "value": value})
+        self.ops.append({"op": "add", "path": path, "value": value})
 
-    def _append(self, tokens: list[str], item: Any) -> None:
-        found, current = self._get(tokens)
-        if not found or current is None:
-            self._put(tokens, [item])
+    def _append(self, tokens: list[str], path: str, item: Any, current: Any) -> None:
+        """Append `item` to the list at `tokens`, whose value (None when absent) is `current`."""
+        if current is None:
+            self._put(tokens, path, [item])
             return
         if not isinstance(current, list):
-            raise EditError(f"{to_pointer(tokens)} is not a list")
+            raise EditError(f"{path} is not a list")
         self._writable(tokens).append(item)
-        self.ops.append({"op": "add", "path": to_pointer(tokens) + "/-", "value": item})
+        self.ops.append({"op": "add", "path": path + "/-", "value": item})
 
     # -- edits
     def apply(self, edit: dict[str, Any]) -> None:
-        op, tokens, value = edit["op"], parse_pointer(edit["path"]), edit.get("value")
+        op, path, value = edit["op"], edit["path"], edit.get("value")
+        tokens = parse_pointer(path)
         if not tokens:
             raise EditError("an edit cannot replace the whole object")
+        if "~" in path:
+            # The ops spell a path as to_pointer does; a path without "~" already is that spelling,
+            # so it is used as it came instead of being rebuilt token by token.
+            path = to_pointer(tokens)
         if op == "set":
-            self._put(tokens, value)
+            self._put(tokens, path, value)
         elif op == "default":
-            self._put(tokens, value, only_if_absent=True)
+            self._put(tokens, path, value, only_if_absent=True)
         elif op == "merge":
             if not isinstance(value, dict):
                 raise EditError(f"merge at {edit['path']} needs a map value")
             for k, v in value.items():
-                self._put([*tokens, str(k)], v)
+                key = str(k)
+                self._put([*tokens, key], f"{path}/{escape(key)}", v)
         elif op == "upsert":
-            self._upsert(tokens, edit.get("key"), value)
+            self._upsert(tokens, path, edit.get("key"), value)
         elif op == "remove":
             found, _ = self._get(tokens)
             if found:
@@ -193,28 +205,28 @@ class Patcher:
                     del container[int(tokens[-1])]
                 else:
                     del container[tokens[-1]]
-                self.ops.append({"op": "remove", "path": to_pointer(tokens)})
+                self.ops.append({"op": "remove", "path": path})
         elif op == "append":
-            found, current = self._get(tokens)
-            if not (found and isinstance(current, list) and value in current):
-                self._append(tokens, value)
+            _, current = self._get(tokens)
+            if not (isinstance(current, list) and value in current):
+                self._append(tokens, path, value, current)
         else:  # requireNodeExpression
             self._require_node_expression(tokens, value)
 
-    def _upsert(self, tokens: list[str], key: Any, value: Any) -> None:
+    def _upsert(self, tokens: list[str], path: str, key: Any, value: Any) -> None:
         if not isinstance(key, str) or not isinstance(value, dict) or key not in value:
-            raise EditError(f"upsert at {to_pointer(tokens)} needs a key and a map value holding it")
-        found, current = self._get(tokens)
-        if not (found and isinstance(current, list)):
-            self._append(tokens, value)
+            raise EditError(f"upsert at {path} needs a key and a map value holding it")
+        _, current = self._get(tokens)
+        if not isinstance(current, list):
+            self._append(tokens, path, value, current)
             return
         i = _first(current, key, value[key])
         if i is None:
             self._writable(tokens).append(value)
-            self.ops.append({"op": "add", "path": to_pointer(tokens) + "/-", "value": value})
+            self.ops.append({"op": "add", "path": path + "/-", "value": value})
         elif current[i] != value:
             self._writable(tokens)[i] = value
-            self.ops.append({"op": "replace", "path": to_pointer([*tokens, str(i)]), "value": value})
+            self.ops.append({"op": "replace", "path": f"{path}/{i}", "value": value})
 
     def _require_node_expression(self, spec: list[str], expr: Any) -> None:
         if not isinstance(expr, dict) or not isinstance(expr.get("key"), str):
@@ -222,30 +234,36 @@ class Patcher:
         terms_path = [*spec, *_TERMS]
         found, terms = self._get(terms_path)
         if not found or not terms:
-            self._put(terms_path, [{"matchExpressions": [expr]}])
+            self._put(terms_path, to_pointer(terms_path), [{"matchExpressions": [expr]}])
             return
         for i, term in enumerate(terms):
             exprs = (term or {}).get("matchExpressions") or []
             if any(isinstance(e, dict) and e.get("key") == expr["key"] for e in exprs):
                 continue  # the user constrained this key already; validation judges it
-            self._append([*terms_path, str(i), "matchExpressions"], expr)
+            expressions = [*terms_path, str(i), "matchExpressions"]
+            _, current = self._get(expressions)
+            self._append(expressions, to_pointer(expressions), expr, current)
 
 
 def _first(items: list[Any], key: str, wanted: Any) -> int | None:
     """The index of the first map in `items` whose `key` equals `wanted`, None if there is none.
 
     An upsert scans a whole env list (tens of entries) for every variable it sets: the scan runs
-    in C (dict.get over the list, list.index) unless an item is not a map, then item by item.
+    in C (dict.get over the list, `in`, list.index) unless an item is not a map, then item by item.
     """
     try:
-        i = list(map(dict.get, items, repeat(key))).index(wanted)
-    except ValueError:
-        return None
+        keys = list(map(dict.get, items, repeat(key)))
     except TypeError:  # an item that is not a map
-        i = -1
-    # list.index takes identity for equality (a NaN value): the found item is checked again
-    if i >= 0 and items[i].get(key) == wanted:
-        return i
+        keys = None
+    if keys is not None:
+        # `in` first: an upsert mostly adds a variable, and index() of a missing one raises a
+        # ValueError, whose message (the value's repr) costs more than the scan.
+        if wanted not in keys:
+            return None
+        i = keys.index(wanted)
+        # `in` and index() take identity for equality (a NaN value): the found item is checked again
+        if items[i].get(key) == wanted:
+            return i
     matches = (i for i, item in enumerate(items) if isinstance(item, dict) and item.get(key) == wanted)
     return next(matches, None)
 

@@ -2,9 +2,11 @@
 
 decide() reads as that sequence, each step a method named for it: why an object is not decided
 at all (_not_decided), what adapting reads beside the object (_adapt_context), adapting it, from
-the webhook's store of adaptations on a validating call (_adapt, adaptations.py), each phase's
-policies (_evaluate: the mutating ones, then the validating ones), and the mutated object adapted
-again or left for the validating call (_readapt). Each phase is evaluated by phase.py, with the
+the webhook's store of adaptations on a validating call (_adapt, adaptations.py), with the
+decision made ahead for that call when there is one it may use (_use_ahead, ahead.py), each
+phase's policies (_evaluate: the mutating ones, then the validating ones), and the mutated object
+adapted again or left, with its validating decision made ahead, for the validating call
+(_readapt, _ahead). Each phase is evaluated by phase.py, with the
 CEL variables trimmed to what that phase's policies read (bindings.py); decide.py turns the
 results into the Decision. The webhook, the CLI and the review gate all call this; nothing here
 knows about HTTP or files.
@@ -12,6 +14,7 @@ knows about HTTP or files.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,7 +24,8 @@ from webhook.accelerators import AcceleratorTest, accelerators_of
 from webhook.config import PlatformConfig
 from webhook.context import Runtimes, eviction_key
 from webhook.engine import decide
-from webhook.engine.adaptations import Adaptations, facts_digest
+from webhook.engine.adaptations import Adaptations, AheadMaker, facts_digest
+from webhook.engine.ahead import Ahead, Conditions, request_key
 from webhook.engine.bindings import Bindings, PhaseReads, plan_for
 from webhook.engine.compile import PolicySet
 from webhook.engine.model import Decision, Policy, PolicyResult
@@ -110,6 +114,9 @@ class Engine:
         self._reads_old_workload = (
             "oldWorkload" in self._mutation.tree or "oldWorkload" in self._validation.tree
         )
+        # When validating decisions may be made ahead (ahead.py), and whose they are
+        self._ahead = Conditions.of(self._validation.tree, self.exceptions, evictions=bool(self.evictions))
+        self._token = object()
 
     def settle(self) -> None:
         """Adapt what mutating calls left for their validating calls (Adaptations.settle): the
@@ -141,9 +148,17 @@ class Engine:
         ctx = self._adapt_context(inp, namespace, mutate=mutate, validate=validate)
         # A call that brings its own runtimes neither leaves nor finds adaptations.
         kept = self._adaptations if not inp.runtimes else None
-        workload = self._adapt(obj, ctx, None if mutate else kept)
+        workload, ahead = self._adapt(obj, ctx, None if mutate else kept, inp, namespace)
         if workload is None:
             return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
+        # A call that times its policies (`timings`) evaluates them, rather than take a decision
+        # made ahead untimed: the metric of each policy's time is sampled on validating calls too.
+        if (
+            ahead is not None
+            and timings is None
+            and (made := self._use_ahead(ahead, inp, namespace, workload, now))
+        ):
+            return made
         old_workload = self._adapt_old(inp, ctx)
         request = _request(inp, namespace, meta)
         when = _when(inp, now, timings)
@@ -181,12 +196,38 @@ class Engine:
             containers={} if mutate and (validate or self._adaptations is not None) else None,
         )
 
-    def _adapt(self, obj: dict[str, Any], ctx: AdaptContext, kept: Adaptations | None) -> Workload | None:
-        """The object's workload; None when it is not one trainguard decides. `kept`: the store a
-        validating call (validate without mutate) takes what its mutating call left from."""
+    def _adapt(
+        self,
+        obj: dict[str, Any],
+        ctx: AdaptContext,
+        kept: Adaptations | None,
+        inp: AdmissionInput,
+        namespace: str | None,
+    ) -> tuple[Workload | None, Ahead | None]:
+        """The object's workload (None when it is not one trainguard decides), and a decision
+        made ahead for it and this request. `kept`: the store a validating call (validate
+        without mutate) takes what its mutating call left from."""
         if kept is not None:
-            return kept.adapt(obj, ctx, self._facts)
-        return build_workload(obj, ctx)
+            request = request_key(inp.operation, namespace, inp.user_info, inp.dry_run)
+            return kept.take(obj, ctx, self._facts, request)
+        return build_workload(obj, ctx), None
+
+    def _use_ahead(
+        self,
+        ahead: Ahead,
+        inp: AdmissionInput,
+        namespace: str | None,
+        workload: Workload,
+        now: datetime | None,
+    ) -> Decision | None:
+        """The decision made ahead for this validating call, when it is the one the call would
+        make now (ahead.Conditions); None otherwise."""
+        request = request_key(inp.operation, namespace, inp.user_info, inp.dry_run)
+        name = inp.object["metadata"].get("name")
+        if not self._ahead.usable(ahead, self._token, request, name, now or datetime.now(UTC)):
+            return None
+        # The call's own object and name (Adaptations.take gave the workload this call's name)
+        return dataclasses.replace(ahead.decision, workload=workload, mutated=inp.object, made_ahead=True)
 
     def _adapt_old(self, inp: AdmissionInput, ctx: AdaptContext) -> Workload | None:
         """The old object's workload (UPDATE), adapted only when some policy reads `oldWorkload`."""
@@ -232,11 +273,35 @@ class Engine:
             return build_workload(patcher.doc, ctx) or workload
         if kept is not None and not validate:
             # The validating call brings the patched object back (adaptations.py). An inline
-            # call leaves its adaptation to settle(), after its answer is sent.
-            kept.leave(patcher.doc, ctx, self._facts, None if patcher.ops else workload)
+            # call leaves its adaptation, and its decision made ahead, to settle(), after its
+            # answer is sent.
+            ahead = self._ahead_maker(inp, patcher.doc, ctx.namespace)
+            kept.leave(patcher.doc, ctx, self._facts, None if patcher.ops else workload, ahead)
             if inp.yield_at is None:
                 kept.settle()
         return workload
+
+    def _ahead_maker(
+        self, inp: AdmissionInput, obj: dict[str, Any], namespace: str | None
+    ) -> AheadMaker | None:
+        """What decides the mutated `obj` as its validating call will (ahead.py), when that is allowed."""
+        if not self._ahead.made or inp.operation != "CREATE":
+            return None
+        meta: dict[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), dict) else {}
+        request = _request(inp, namespace, meta)
+        key = request_key(inp.operation, namespace, inp.user_info, inp.dry_run)
+
+        def make(workload: Workload, give_up_at: float) -> Ahead:
+            now = datetime.now(UTC)
+            validating = dataclasses.replace(inp, object=obj, deadline=None, yield_at=give_up_at)
+            when = _when(validating, now, None)
+            evaluated = self._evaluate(
+                self._validating, Patcher(obj), validating, workload, None, request, when
+            )
+            decision = decide.decide(Decision(True, workload=workload, mutated=obj), evaluated)
+            return Ahead(self._token, key, meta.get("name"), now, decision)
+
+        return make
 
     def _bindings(
         self,

@@ -99,7 +99,11 @@ class ServerState:
         metrics = Metrics(sample_every=settings.metrics_sample_every)
         return cls(
             metrics=metrics,
-            adaptations=Adaptations(settings.adaptation_bytes, on_lookup=metrics.observe_adaptation),
+            adaptations=Adaptations(
+                settings.adaptation_bytes,
+                on_lookup=metrics.observe_adaptation,
+                ahead_seconds=settings.inline_slice,
+            ),
             max_body_bytes=settings.max_body_bytes,
             budget=settings.request_budget,
             inline_slice=settings.inline_slice,
@@ -296,7 +300,7 @@ async def _admit(
         except admission_review.ReviewError as exc:
             return _reject(state, endpoint, _Rejected(400, "malformed", exc.describe()), start)
         inline = len(body) <= state.inline_body_bytes and engine.steps_bounded
-        timings: dict[str, float] | None = {} if state.metrics.sample() else None
+        timings: dict[str, float] | None = {} if state.metrics.sample(endpoint.name) else None
         try:
             if inline:
                 # Most admissions: decided here, within a slice (state.inline_slice, and the
@@ -426,14 +430,39 @@ def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: fl
         content = orjson.dumps(
             admission_review.build_response(parsed.uid, decision, mutating=endpoint.mutate)
         )
+    seconds = perf_counter() - start
+    # While draining, ask clients to reconnect (elsewhere: this endpoint is being removed).
+    headers = {"connection": "close"} if state.shutting_down or state.closing_connections else None
+    after = BackgroundTask(_after_answer, state, endpoint, answer, decision, error, seconds)
+    return Response(content, media_type=_JSON, headers=headers, background=after)
+
+
+async def _after_answer(
+    state: ServerState,
+    endpoint: _Endpoint,
+    answer: _Answer,
+    decision: Decision,
+    error: Exception | None,
+    seconds: float,
+) -> None:
+    """What an answer leaves to do once it is on its way: its metrics and log record, and, after
+    /mutate, the patched object's adaptation and validating decision, made ahead for the validating
+    call while the API server applies the patch (Adaptations.settle)."""
+    # A coroutine: Starlette would hand a plain function to a worker thread, a hop that costs more
+    # than this work (bounded like an inline decision: Adaptations.ahead_seconds). uvloop writes a
+    # small response at the end of the loop's iteration, not in send(): the answer goes out first.
+    await asyncio.sleep(0)
+    parsed = answer.parsed
     if error is not None:
         state.metrics.observe_engine_error(endpoint.name)
     _count_policy_errors(state, decision)
     outcome = _outcome(decision, error)
-    seconds = perf_counter() - start
     state.metrics.observe_request(endpoint.name, parsed.operation, parsed.kind, outcome, seconds)
     if answer.timings:
         state.metrics.observe_policies(answer.timings)
+    kept = state.adaptations
+    if endpoint.validate and kept is not None and kept.enabled and outcome != "skipped":
+        state.metrics.observe_decided_ahead(decision.made_ahead)
     logs.log_admission(
         state.logger,
         endpoint=endpoint.name,
@@ -448,21 +477,8 @@ def _respond(state: ServerState, endpoint: _Endpoint, answer: _Answer, start: fl
         seconds=seconds,
         error=error,
     )
-    # While draining, ask clients to reconnect (elsewhere: this endpoint is being removed).
-    headers = {"connection": "close"} if state.shutting_down or state.closing_connections else None
-    # Once the answer is sent: the patched object's adaptation, for the validating call (while the
-    # API server applies the patch), not before the answer.
-    kept = state.adaptations
-    settle = BackgroundTask(_settle, kept) if endpoint.mutate and kept is not None else None
-    return Response(content, media_type=_JSON, headers=headers, background=settle)
-
-
-async def _settle(adaptations: Adaptations) -> None:
-    # A coroutine: Starlette would hand a plain function to a worker thread, a hop that costs more
-    # than the adaptation (bounded like an inline decision: Adaptations.leave()). uvloop writes a
-    # small response at the end of the loop's iteration, not in send(): the answer goes out first.
-    await asyncio.sleep(0)
-    adaptations.settle()
+    if endpoint.mutate and kept is not None:
+        kept.settle()
 
 
 def _count_policy_errors(state: ServerState, decision: Decision) -> None:

@@ -158,6 +158,8 @@ def log_admission(
     }
     if dry_run:
         fields["dry_run"] = True
+    if decision.made_ahead:
+        fields["decided_ahead"] = True
     if decision.violations:
         fields["denied_by"] = _policies(decision.violations)
     if decision.warnings:

@@ -26,6 +26,11 @@ before the first request (`serve()` in main.py). What it changes, and why:
   mixed traffic with a large review now and then, a worker's memory grew without end (measured:
   130 to 190 MB in 20,000 reviews, one in a thousand of 2.8 MiB, still rising); with a fixed
   threshold, a fixed trim threshold and two heaps it stays flat (tests/bench/bench_memory.py).
+  Both thresholds sit above the largest buffer allocated on every request: for each read of a
+  TLS connection, uvloop has the ssl module allocate 256 KiB and shrink it to what arrived, and
+  at glibc's initial 128 KiB that was an mmap(), an mremap() and a munmap() per read (and a trim
+  of the heap's top after it). At 512 KiB those come from the heap, and the buffers of a large
+  review (megabytes) are still mapped and given back whole; 1 MiB measured no flatter.
   Set through mallopt() (ctypes: Python has no binding) rather than MALLOC_* variables, so that
   every way of starting the server gets it, not only a Deployment that remembers the variables.
 
@@ -51,9 +56,9 @@ SWITCH_INTERVAL_SECONDS = 0.001
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
-# Buffers from 128 KiB up are mmap()ed and given back whole when freed (glibc's initial threshold,
-# now fixed); free space at a heap's top beyond 128 KiB is given back at once; two heaps.
-ALLOCATOR = {_M_MMAP_THRESHOLD: 128 * 1024, _M_TRIM_THRESHOLD: 128 * 1024, _M_ARENA_MAX: 2}
+# Buffers from 512 KiB up are mmap()ed and given back whole when freed (fixed: glibc would raise
+# it); free space at a heap's top beyond 512 KiB is given back at once; two heaps.
+ALLOCATOR = {_M_MMAP_THRESHOLD: 512 * 1024, _M_TRIM_THRESHOLD: 512 * 1024, _M_ARENA_MAX: 2}
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
