@@ -163,7 +163,8 @@ class Adaptations:
         self, obj: dict[str, Any], ctx: AdaptContext, facts: bytes, request: tuple[Any, ...] | None = None
     ) -> tuple[Workload | None, Ahead | None]:
         """As adapt(), with a decision made ahead for the adaptation found, for `request`
-        (ahead.request_key()), taken: no other call gets it. None when there is none."""
+        (ahead.request_key()), taken: no other call gets it. None when there is none, or when
+        `request` is None (adapt() takes none)."""
         if not self.enabled:
             return build_workload(obj, ctx), None
         self.settle()
@@ -207,9 +208,11 @@ class Adaptations:
 
 
 def _taken(aheads: list[Ahead], request: tuple[Any, ...] | None) -> Ahead | None:
-    """The oldest of `aheads` made for `request` (any, for None), removed from the list."""
+    """The oldest of `aheads` made for `request`, removed from the list; None for None."""
+    if request is None:
+        return None
     for i, ahead in enumerate(aheads):
-        if request is None or ahead.request == request:
+        if ahead.request == request:
             return aheads.pop(i)
     return None
 

@@ -15,7 +15,8 @@ would need a key of its own), and only when no validating policy reads those fie
 or `object` whole. It is used (Conditions.usable) only:
 
 - by the engine that made it (a reload, or a changed cluster fact, builds another engine);
-- for the same operation, namespace, userInfo and dryRun as the mutating call;
+- for the same operation, namespace, userInfo and dryRun as the mutating call (request_key():
+  the store hands a call only a decision made for its request, Adaptations.take);
 - when no exception has expired since it was made (the decision reads the time only there);
 - when the name is the mutating call's, or nothing in the validating phase can see a name: no
   policy reads `request.name`, `object.metadata.name` or `workload.name` (nor the whole of
@@ -90,11 +91,10 @@ class Conditions:
             expiries=tuple(sorted(at for at in expiries if isinstance(at, datetime))),
         )
 
-    def usable(
-        self, ahead: Ahead, engine: object, request: tuple[Any, ...], name: str | None, now: datetime
-    ) -> bool:
-        """Whether `ahead` is the decision a validating call with these would make at `now`."""
-        if ahead.engine is not engine or ahead.request != request:
+    def usable(self, ahead: Ahead, engine: object, name: str | None, now: datetime) -> bool:
+        """Whether `ahead`, made for the call's request (Adaptations.take matches it), is the
+        decision a validating call of `engine` for an object named `name` would make at `now`."""
+        if ahead.engine is not engine:
             return False
         if any(ahead.made_at < at <= now for at in self.expiries):
             return False

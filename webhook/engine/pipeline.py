@@ -148,16 +148,16 @@ class Engine:
         ctx = self._adapt_context(inp, namespace, mutate=mutate, validate=validate)
         # A call that brings its own runtimes neither leaves nor finds adaptations.
         kept = self._adaptations if not inp.runtimes else None
-        workload, ahead = self._adapt(obj, ctx, None if mutate else kept, inp, namespace)
-        if workload is None:
-            return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
+        found = None if mutate else kept
         # A call that times its policies (`timings`) evaluates them, rather than take a decision
         # made ahead untimed: the metric of each policy's time is sampled on validating calls too.
-        if (
-            ahead is not None
-            and timings is None
-            and (made := self._use_ahead(ahead, inp, namespace, workload, now))
-        ):
+        wanted = None
+        if found is not None and timings is None:
+            wanted = request_key(inp.operation, namespace, inp.user_info, inp.dry_run)
+        workload, ahead = self._adapt(obj, ctx, found, wanted)
+        if workload is None:
+            return Decision(True, mutated=obj, skipped_reason="not a workload trainguard decides")
+        if ahead is not None and (made := self._use_ahead(ahead, inp, workload, now)):
             return made
         old_workload = self._adapt_old(inp, ctx)
         request = _request(inp, namespace, meta)
@@ -197,34 +197,24 @@ class Engine:
         )
 
     def _adapt(
-        self,
-        obj: dict[str, Any],
-        ctx: AdaptContext,
-        kept: Adaptations | None,
-        inp: AdmissionInput,
-        namespace: str | None,
+        self, obj: dict[str, Any], ctx: AdaptContext, kept: Adaptations | None, wanted: tuple[Any, ...] | None
     ) -> tuple[Workload | None, Ahead | None]:
         """The object's workload (None when it is not one trainguard decides), and a decision
-        made ahead for it and this request. `kept`: the store a validating call (validate
-        without mutate) takes what its mutating call left from."""
+        made ahead for it and the request `wanted` (ahead.request_key; None: take none). `kept`:
+        the store a validating call (validate without mutate) takes what its mutating call left
+        from."""
         if kept is not None:
-            request = request_key(inp.operation, namespace, inp.user_info, inp.dry_run)
-            return kept.take(obj, ctx, self._facts, request)
+            return kept.take(obj, ctx, self._facts, wanted)
         return build_workload(obj, ctx), None
 
     def _use_ahead(
-        self,
-        ahead: Ahead,
-        inp: AdmissionInput,
-        namespace: str | None,
-        workload: Workload,
-        now: datetime | None,
+        self, ahead: Ahead, inp: AdmissionInput, workload: Workload, now: datetime | None
     ) -> Decision | None:
-        """The decision made ahead for this validating call, when it is the one the call would
-        make now (ahead.Conditions); None otherwise."""
-        request = request_key(inp.operation, namespace, inp.user_info, inp.dry_run)
+        """The decision made ahead for this validating call (made for its request: the store
+        hands out no other), when it is the one the call would make now (ahead.Conditions);
+        None otherwise."""
         name = inp.object["metadata"].get("name")
-        if not self._ahead.usable(ahead, self._token, request, name, now or datetime.now(UTC)):
+        if not self._ahead.usable(ahead, self._token, name, now or datetime.now(UTC)):
             return None
         # The call's own object and name (Adaptations.take gave the workload this call's name)
         return dataclasses.replace(ahead.decision, workload=workload, mutated=inp.object, made_ahead=True)
